@@ -1,0 +1,264 @@
+"""Typed, validated configuration: profile YAML -> notebook parameters / ``--set`` -> ``Config``.
+
+One source of truth per setting. Profiles (``acl_lib/profiles/*.yaml``) only change values; no code
+branches on a profile's name. Unknown keys and wrong types fail before any compute, with a message that
+names the key, where it came from and the valid keys.
+
+Overrides are ``dotted.key=value`` strings; values are parsed as YAML (``eval.k=4``,
+``pipeline.curriculum=[if,math,search,ecom]``, ``model.base_model=Qwen/Qwen3-8B-Base``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DOMAINS = ("math", "search", "ecom", "if")
+
+
+class ConfigError(ValueError):
+    """A bad configuration: raised before any compute."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Section):
+    # A hub id or a local directory to start from. Empty: build the small model from the fields below.
+    base_model: str = ""
+    vocab_size: int = Field(512, ge=64)  # tokenizer target size (BPE) for the locally built model
+    hidden_size: int = Field(64, ge=8)
+    intermediate_size: int = Field(128, ge=8)
+    num_hidden_layers: int = Field(2, ge=1)
+    num_attention_heads: int = Field(4, ge=1)
+    num_key_value_heads: int = Field(2, ge=1)
+    head_dim: int = Field(16, ge=4)
+    max_position_embeddings: int = Field(1024, ge=64)
+    tie_word_embeddings: bool = True
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+
+
+class PretrainConfig(_Section):
+    enabled: bool = True  # False: the base checkpoint is model.base_model, nothing is trained
+    corpus_docs: int = Field(200, ge=1)  # documents drawn from the mini worlds for BPE + pretraining
+    max_steps: int = Field(20, ge=0)
+    batch_size: int = Field(8, ge=1)
+    seq_len: int = Field(256, ge=16)
+    learning_rate: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+
+
+class WorldsConfig(_Section):
+    """How many tasks of each split the mini worlds generate, and where real data lives."""
+
+    n_train: int = Field(64, ge=1)  # training tasks per domain
+    n_test: int = Field(16, ge=1)  # held-out in-domain tasks per benchmark
+    n_ood: int = Field(16, ge=1)  # tasks per OOD benchmark
+    data_dir: str = ""  # real datasets (paper profile); empty = generate mini worlds
+    retriever_url: str = ""  # optional POST /retrieve service for search; empty = local bm25s
+    search_topk: int = Field(3, ge=1)
+
+
+class EvalConfig(_Section):
+    backend: Literal["hf", "vllm"] = "hf"
+    k: int = Field(1, ge=1)  # samples per task (avg@k)
+    temperature: float = Field(0.0, ge=0)  # 0 = greedy
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(128, ge=1)  # per assistant turn
+    max_turns: int = Field(8, ge=1)  # per episode
+    batch_size: int = Field(16, ge=1)
+    suites: Literal["in_domain", "ood", "all"] = "all"
+
+
+class SFTConfig(_Section):
+    num_demos: int = Field(32, ge=1)  # rejection-sampled trajectories kept for the cold start
+    max_steps: int = Field(10, ge=0)
+    batch_size: int = Field(8, ge=1)
+    learning_rate: float = Field(1e-3, gt=0)
+    max_length: int = Field(1024, ge=32)
+
+
+class GRPOConfig(_Section):
+    max_steps: int = Field(5, ge=0)
+    num_generations: int = Field(4, ge=2)
+    batch_size: int = Field(8, ge=1)  # prompts x generations per step
+    learning_rate: float = Field(1e-4, gt=0)
+    beta: float = Field(0.0, ge=0)  # KL coefficient
+    loss_type: str = "dapo"
+    temperature: float = Field(1.0, gt=0)
+    max_completion_length: int = Field(128, ge=8)
+    max_tool_calling_iterations: int = Field(6, ge=1)
+    use_vllm: bool = False
+
+
+class PipelineConfig(_Section):
+    curriculum: list[str] = Field(default_factory=lambda: list(DOMAINS))
+    # Per-domain recipe: a cold start (rejection-sampled SFT) before GRPO?
+    cold_start: dict[str, bool] = Field(
+        default_factory=lambda: {"math": False, "search": True, "ecom": True, "if": False}
+    )
+
+    @field_validator("curriculum")
+    @classmethod
+    def _check_curriculum(cls, v: list[str]) -> list[str]:
+        bad = [d for d in v if d not in DOMAINS]
+        if bad:
+            raise ValueError(f"unknown stage(s) {bad}; stages are {list(DOMAINS)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"curriculum repeats a stage: {v}")
+        return v
+
+    @field_validator("cold_start")
+    @classmethod
+    def _check_cold_start(cls, v: dict[str, bool]) -> dict[str, bool]:
+        bad = [d for d in v if d not in DOMAINS]
+        if bad:
+            raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+        return v
+
+
+class LauncherConfig(_Section):
+    mode: Literal["in_process", "multi_process", "multi_node"] = "in_process"
+    num_processes: int = Field(1, ge=1)  # per node
+    num_nodes: int = Field(1, ge=1)
+    zero_stage: Literal[0, 1, 2, 3] = 2
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    hostfile: str = ""
+    slurm_partition: str = ""
+    slurm_time: str = "48:00:00"
+
+
+class Config(_Section):
+    profile: str = "smoke"
+    seed: int = Field(0, ge=0)
+    output_dir: str = "outputs"
+    papermill_dir: str = "papermill_runs"
+    torch_threads: int = Field(2, ge=1)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
+    worlds: WorldsConfig = Field(default_factory=WorldsConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+    launcher: LauncherConfig = Field(default_factory=LauncherConfig)
+
+    # --- derived -----------------------------------------------------------------------------------
+    def seed_dir(self) -> Path:
+        """``outputs/<profile>/seed<k>``: where every run of this profile and seed lives."""
+        return Path(self.output_dir) / self.profile / f"seed{self.seed}"
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+    def hash(self, *sections: str) -> str:
+        """Short stable hash of the whole config, or only of the named sections (what a run depends on)."""
+        d = self.to_dict()
+        if sections:
+            d = {k: d[k] for k in sections}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# --- loading -----------------------------------------------------------------------------------------
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("acl_lib.profiles").iterdir() if p.name.endswith(".yaml"))
+
+
+def _valid_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, f in model.model_fields.items():
+        ann = f.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys.extend(_valid_keys(ann, f"{prefix}{name}."))
+        else:
+            keys.append(prefix + name)
+    return keys
+
+
+def _set_dotted(tree: dict, key: str, value: Any, source: str) -> None:
+    parts = key.split(".")
+    model: type[BaseModel] = Config
+    node = tree
+    for i, part in enumerate(parts):
+        fields = model.model_fields
+        if part not in fields:
+            where = ".".join(parts[:i]) or "top level"
+            valid = _valid_keys(model, ".".join(parts[:i]) + "." if i else "")
+            raise ConfigError(
+                f"unknown config key '{key}' (from {source}): no '{part}' at {where}. Valid keys: {', '.join(valid)}"
+            )
+        ann = fields[part].annotation
+        last = i == len(parts) - 1
+        if last:
+            node[part] = value
+        else:
+            if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+                raise ConfigError(f"config key '{key}' (from {source}): '{part}' is a value, not a section")
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"config key '{key}' (from {source}): '{part}' is a section, got {node!r}")
+            model = ann
+
+
+def _flatten(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for k, v in tree.items():
+        if isinstance(v, dict) and k != "cold_start":
+            out.extend(_flatten(v, f"{prefix}{k}."))
+        else:
+            out.append((prefix + k, v))
+    return out
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``"a.b=3"`` -> ``("a.b", 3)``; the value is parsed as YAML."""
+    if "=" not in item:
+        raise ConfigError(f"override '{item}' is not of the form key=value")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"override '{item}' has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def load_config(
+    profile: str = "smoke",
+    overrides: list[str] | dict[str, Any] | None = None,
+    seed: int | None = None,
+    source: str = "--set",
+) -> Config:
+    """Resolve a profile plus overrides into a validated ``Config``. Raises ``ConfigError`` early."""
+    if profile not in available_profiles():
+        raise ConfigError(f"unknown profile '{profile}'; profiles are {available_profiles()}")
+    text = resources.files("acl_lib.profiles").joinpath(f"{profile}.yaml").read_text()
+    raw = yaml.safe_load(text) or {}
+    tree: dict = {}
+    for key, value in _flatten(raw):
+        _set_dotted(tree, key, value, f"profile {profile}.yaml")
+    tree["profile"] = profile
+    items = overrides.items() if isinstance(overrides, dict) else (parse_override(o) for o in (overrides or []))
+    for key, value in items:
+        _set_dotted(tree, key, value, source)
+    if seed is not None:
+        tree["seed"] = seed
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"])
+            lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
+        raise ConfigError(f"invalid config for profile '{profile}':\n" + "\n".join(lines)) from None
