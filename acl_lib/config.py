@@ -58,6 +58,9 @@ class PretrainConfig(_Section):
 class WorldsConfig(_Section):
     """How many tasks of each split the mini worlds generate, and where real data lives."""
 
+    # The world seed fixes the generated worlds and the evaluation tasks. It is the same for every
+    # training seed, so that mean +- std over seeds is taken on one benchmark.
+    seed: int = Field(0, ge=0)
     n_train: int = Field(64, ge=1)  # training tasks per domain
     n_test: int = Field(16, ge=1)  # held-out in-domain tasks per benchmark
     n_ood: int = Field(16, ge=1)  # tasks per OOD benchmark

@@ -1,0 +1,78 @@
+"""Domains and the benchmark registry.
+
+Every benchmark key of ``paper_results.yaml`` maps to one environment and one of its splits; the mini
+counterparts use the same keys, so every table lines up. Environment modules are imported lazily (some
+build corpora or indexes on construction).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+# environment name -> "module:Class"
+ENVIRONMENTS = {
+    "math": "acl_lib.envs.math:MathEnv",
+    "search": "acl_lib.envs.search:SearchEnv",
+    "retail": "acl_lib.envs.retail:RetailEnv",
+    "instruct": "acl_lib.envs.instruct:InstructEnv",
+    "mock": "acl_lib.envs.mock:MockEnv",
+    "telecom": "acl_lib.envs.telecom:TelecomEnv",
+}
+
+# training stage (config.DOMAINS) -> environment name
+STAGE_ENV = {"math": "math", "search": "search", "ecom": "retail", "if": "instruct"}
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    key: str  # paper_results.yaml key
+    env: str  # ENVIRONMENTS key
+    split: str  # the environment's split
+    suite: str  # "in_domain" or "ood"
+    domain: str  # the stage whose skill it measures: math, search, ecom, if
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.key: b
+    for b in [
+        Benchmark("aime26", "math", "test", "in_domain", "math"),
+        Benchmark("nq", "search", "test", "in_domain", "search"),
+        Benchmark("retail", "retail", "test", "in_domain", "ecom"),
+        Benchmark("ifeval", "instruct", "test", "in_domain", "if"),
+        Benchmark("gpqa", "math", "gpqa", "ood", "math"),
+        Benchmark("mmlu_redux", "math", "mmlu_redux", "ood", "math"),
+        Benchmark("single_hop", "search", "single_hop", "ood", "search"),
+        Benchmark("multi_hop", "search", "multi_hop", "ood", "search"),
+        Benchmark("telecom", "telecom", "test", "ood", "ecom"),
+        Benchmark("mock", "mock", "test", "ood", "ecom"),
+        Benchmark("ifbench", "instruct", "ifbench", "ood", "if"),
+    ]
+}
+
+IN_DOMAIN = {"math": "aime26", "search": "nq", "ecom": "retail", "if": "ifeval"}
+
+
+def benchmarks_for(suites: str = "all") -> list[Benchmark]:
+    """Benchmarks of ``suites``: ``in_domain``, ``ood`` or ``all`` (in the registry's order)."""
+    if suites not in ("in_domain", "ood", "all"):
+        raise ValueError(f"suites must be in_domain, ood or all, got {suites!r}")
+    return [b for b in BENCHMARKS.values() if suites == "all" or b.suite == suites]
+
+
+def env_class(name: str):
+    if name not in ENVIRONMENTS:
+        raise KeyError(f"unknown environment '{name}'; environments are {sorted(ENVIRONMENTS)}")
+    module, cls = ENVIRONMENTS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_env(name: str, worlds=None, seed: int = 0):
+    """Instantiate environment ``name`` for a world config and a world seed."""
+    return env_class(name)(worlds, seed=seed)
+
+
+def scripted_expert(name: str):
+    """The module-level ``scripted_expert(task, messages) -> str`` of environment ``name``."""
+    module = ENVIRONMENTS[name].split(":")[0]
+    return importlib.import_module(module).scripted_expert

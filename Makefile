@@ -1,0 +1,53 @@
+# Two commands on a fresh machine with Python 3.11:
+#   make run    create .venv if missing, install the suite, execute every notebook (profile mini, seed 0)
+#   make test   create .venv if missing, install with test extras, run the test suite
+# Both are idempotent: the install step is skipped while .venv/.installed is newer than pyproject.toml.
+# GPU machines: use environment.yml (conda: CUDA torch, vllm, deepspeed) instead of this venv.
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# The CPU build of torch, installed before the suite so `pip install -e .` does not pull a CUDA build.
+# Here pip finds the local file (pip's find-links); elsewhere add e.g.
+#   TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_SPEC     ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+PROFILE ?= mini
+SEEDS   ?= 0
+PYTEST_ARGS ?=
+
+.PHONY: run test install smoke status lab nbstrip clean-venv
+
+run: $(STAMP)
+	$(VENV)/bin/acl run --profile $(PROFILE) --seeds $(SEEDS)
+
+test: $(STAMP)
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+install: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(PY) -m pip install -e ".[test]"
+	# A "python3" kernel in the venv that starts this venv's python, for papermill and JupyterLab.
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (acl-suite)"
+	touch $@
+
+smoke: $(STAMP)
+	$(VENV)/bin/acl run --profile smoke --seeds $(SEEDS)
+
+status: $(STAMP)
+	$(VENV)/bin/acl status --profile $(PROFILE)
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
+
+nbstrip: $(STAMP)
+	$(VENV)/bin/acl nbstrip
+
+clean-venv:
+	rm -rf $(VENV)

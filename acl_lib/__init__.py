@@ -1,0 +1,7 @@
+"""acl_lib: the thin library behind the ACLArena notebooks (config, run store, environments, training, eval).
+
+Importing the package is cheap on purpose (no torch, no transformers): submodules are imported where used,
+so ``acl --help`` answers instantly.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,325 @@
+"""``acl``: the suite's command line. Run ``acl --help`` / ``acl <command> --help``.
+
+    acl run    --profile mini --seeds 0 1 2 [--only 00 03] [--set key=value ...]   execute the notebooks
+    acl status --profile mini [--seeds 0 1 2]                                       runs and executed notebooks
+    acl config --profile mini [--set key=value ...] [--seed 0]                      the resolved config as YAML
+    acl eval   --model DIR --profile mini [--suites all] [--k 4] [--out DIR]        score a checkpoint
+    acl env retail replay --db DB.json --tasks TASKS.json --out OUT.jsonl           replay retail gold actions
+    acl nbstrip [NOTEBOOK ...] [--check]                                            strip outputs before commit
+
+Only argparse and the standard library are imported at module level: every heavy import (papermill,
+pydantic, torch) happens inside the command that needs it, so ``--help`` answers instantly.
+Exit codes: 0 ok, 1 a notebook or command failed, 2 bad usage or configuration (before any compute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _profiles() -> list[str]:
+    # Listing the YAML files directly (not via acl_lib.config) keeps pydantic out of `--help`.
+    return sorted(p.stem for p in (Path(__file__).parent / "profiles").glob("*.yaml"))
+
+
+def _add_profile(p: argparse.ArgumentParser, default: str | None = None) -> None:
+    p.add_argument(
+        "--profile", choices=_profiles(), default=default, required=default is None, help="config profile (acl_lib/profiles/)"
+    )
+
+
+def _add_set(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="KEY=VALUE",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="config override(s), dotted keys, YAML values: --set eval.k=4 pipeline.curriculum=[if,math,search,ecom]",
+    )
+
+
+def _add_dirs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--notebooks-dir", default="notebooks", help="where the NN_name.ipynb notebooks are (default: notebooks)")
+    p.add_argument("--output-dir", default=None, help="run store root (default: the config's output_dir, 'outputs')")
+    p.add_argument(
+        "--papermill-dir", default=None, help="executed notebooks root (default: the config's papermill_dir, 'papermill_runs')"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="acl",
+        description="ACLArena suite: run the study's notebooks headlessly, inspect runs and configs, evaluate checkpoints.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "run",
+        help="execute the notebooks in order with papermill",
+        description="Execute notebooks/NN_*.ipynb in prefix order for each seed with papermill, passing the parameters "
+        "profile, seed and overrides. Executed copies go to <papermill-dir>/<profile>/seed<k>/. The config is validated "
+        "for every seed before the first notebook starts. Completed runs inside the notebooks are skipped, so "
+        "re-running after an interruption only redoes what is missing.",
+    )
+    _add_profile(p)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds to run, in order (default: 0)")
+    p.add_argument("--only", nargs="+", metavar="NN", default=None, help="run only notebooks with these prefixes: --only 00 03")
+    _add_set(p)
+    _add_dirs(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "status",
+        help="which runs are complete, running, failed or missing; which notebooks have executed copies",
+        description="Table of the run store (outputs/<profile>/seed<k>/) and of the executed notebooks "
+        "(papermill_runs/<profile>/seed<k>/) for a profile.",
+    )
+    _add_profile(p)
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds to show (default: every seed found on disk, or 0)")
+    _add_dirs(p)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("config", help="print the resolved config as YAML", description="Resolve and validate a profile plus overrides; print YAML.")
+    _add_profile(p)
+    _add_set(p)
+    p.add_argument("--seed", type=int, default=None, help="seed to resolve the config for (default: the profile's)")
+    p.set_defaults(func=cmd_config)
+
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a checkpoint on the benchmark suite",
+        description="Score a checkpoint on the in-domain and/or OOD benchmarks; writes metrics.json under --out.",
+    )
+    p.add_argument("--model", required=True, metavar="DIR", help="checkpoint directory (HF format) to evaluate")
+    _add_profile(p, default="mini")
+    p.add_argument("--suites", choices=["in_domain", "ood", "all"], default=None, help="benchmarks to run (default: the config's eval.suites)")
+    p.add_argument("--k", type=int, default=None, help="samples per task, avg@k (default: the config's eval.k)")
+    p.add_argument("--out", metavar="DIR", default=None, help="where metrics.json and rollouts go (default: <model>/eval)")
+    _add_set(p)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("env", help="environment tools", description="Tools for the mini-world environments.")
+    env_sub = p.add_subparsers(dest="env", metavar="ENV", required=True)
+    retail = env_sub.add_parser("retail", help="the e-commerce (tau2 retail schema) environment")
+    retail_sub = retail.add_subparsers(dest="action", metavar="ACTION", required=True)
+    r = retail_sub.add_parser(
+        "replay",
+        help="replay each task's gold actions on a fresh copy of the database",
+        description="Replay every task's gold actions on a fresh copy of the retail database and write one JSON line "
+        "per task (final database hash, tool outputs) to --out.",
+    )
+    r.add_argument("--db", required=True, metavar="PATH", help="retail database JSON (tau2 retail schema)")
+    r.add_argument("--tasks", required=True, metavar="PATH", help="tasks JSON with gold actions")
+    r.add_argument("--out", required=True, metavar="OUT.jsonl", help="output JSON lines")
+    r.set_defaults(func=cmd_retail_replay)
+
+    p = sub.add_parser(
+        "nbstrip",
+        help="strip outputs and execution counts from notebooks before commit",
+        description="Remove outputs, execution counts and papermill metadata from notebooks in place.",
+    )
+    p.add_argument("paths", nargs="*", help="notebooks to clean (default: notebooks/*.ipynb)")
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a notebook would change")
+    p.set_defaults(func=cmd_nbstrip)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+# --- helpers ---------------------------------------------------------------------------------------------
+
+
+def _err(msg: str) -> None:
+    print(f"acl: error: {msg}", file=sys.stderr)
+
+
+def _load(profile: str, overrides: list[str], seed: int | None):
+    """load_config, or print the ConfigError and exit with EXIT_USAGE."""
+    from acl_lib.config import ConfigError, load_config
+
+    try:
+        return load_config(profile, overrides, seed=seed)
+    except ConfigError as exc:
+        _err(str(exc))
+        raise SystemExit(EXIT_USAGE) from None
+
+
+def _dir_overrides(args) -> list[str]:
+    """--output-dir/--papermill-dir become config overrides, as absolute paths so notebooks agree on them."""
+    extra = []
+    if getattr(args, "output_dir", None):
+        extra.append(f"output_dir={Path(args.output_dir).resolve()}")
+    if getattr(args, "papermill_dir", None):
+        extra.append(f"papermill_dir={Path(args.papermill_dir).resolve()}")
+    return extra
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.1f}min"
+
+
+# --- commands -----------------------------------------------------------------------------------------------
+
+
+def cmd_run(args) -> int:
+    from acl_lib import notebooks as nbs
+
+    overrides = list(args.overrides) + _dir_overrides(args)
+    # Validate every seed's config before any notebook starts: a typo fails here, in seconds.
+    cfgs = {seed: _load(args.profile, overrides, seed) for seed in args.seeds}
+    try:
+        notebooks = nbs.list_notebooks(args.notebooks_dir, args.only)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    if not notebooks:
+        _err(f"no notebooks named NN_name.ipynb in {args.notebooks_dir}")
+        return EXIT_USAGE
+
+    from tqdm.auto import tqdm
+
+    jobs = [(seed, nb) for seed in args.seeds for nb in notebooks]
+    t0 = time.time()
+    bar = tqdm(jobs, desc=f"acl run {args.profile}", unit="notebook", position=0, leave=True)
+    for seed, nb in bar:
+        cfg = cfgs[seed]
+        out = nbs.executed_path(cfg.papermill_dir, args.profile, seed, nb)
+        bar.set_postfix_str(f"seed {seed} {nb.name}")
+        params = {"profile": args.profile, "seed": seed, "overrides": overrides}
+        try:
+            nbs.execute(nb, out, params)
+        except nbs.NotebookFailed as exc:
+            bar.close()
+            print(f"\nFAILED: {nb.name} (profile {args.profile}, seed {seed})\n{exc}", file=sys.stderr)
+            return EXIT_FAILED
+    bar.close()
+    print(f"\nacl run: {len(jobs)} notebook(s) executed in {_fmt_s(time.time() - t0)}")
+    for seed, cfg in cfgs.items():
+        print(f"  seed {seed}: results in {cfg.seed_dir()}/  executed notebooks in {Path(cfg.papermill_dir) / args.profile / f'seed{seed}'}/")
+    print(f"  see also: acl status --profile {args.profile} --seeds {' '.join(map(str, args.seeds))}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    from acl_lib import notebooks as nbs
+    from acl_lib.runs import CONFIG, COMPLETE, SUPERSEDED, _read_json, disk_status
+
+    base = _load(args.profile, _dir_overrides(args), None)
+    out_root = Path(base.output_dir) / args.profile
+    pm_root = Path(base.papermill_dir) / args.profile
+    seeds = args.seeds
+    if seeds is None:
+        found = {int(p.name[4:]) for root in (out_root, pm_root) if root.is_dir() for p in root.glob("seed*") if p.name[4:].isdigit()}
+        seeds = sorted(found) or [0]
+
+    rows = []
+    for seed in seeds:
+        seed_dir = out_root / f"seed{seed}"
+        run_dirs = sorted(
+            p.parent
+            for p in seed_dir.rglob(CONFIG)
+            if SUPERSEDED not in p.relative_to(seed_dir).parts and "checkpoints" not in p.relative_to(seed_dir).parts
+        ) if seed_dir.is_dir() else []
+        if not run_dirs:
+            rows.append([str(seed), "(no runs)", "missing", "", "", ""])
+        for d in run_dirs:
+            done = _read_json(d / COMPLETE) or {}
+            rows.append(
+                [str(seed), str(d.relative_to(seed_dir)), disk_status(d), done.get("config_hash", ""), done.get("finished_at", ""), _fmt_s(done.get("duration_s"))]
+            )
+    print(f"Runs in {out_root}/")
+    print(_table(["seed", "run", "status", "config", "finished", "took"], rows))
+
+    notebooks = nbs.list_notebooks(args.notebooks_dir)
+    rows = []
+    for seed in seeds:
+        for nb in notebooks:
+            path = nbs.executed_path(base.papermill_dir, args.profile, seed, nb)
+            state, duration = nbs.notebook_state(path)
+            rows.append([str(seed), nb.name, state, _fmt_s(duration), str(path) if state != "not run" else ""])
+    print(f"\nNotebooks in {args.notebooks_dir}/ (executed copies in {pm_root}/)")
+    print(_table(["seed", "notebook", "state", "took", "executed copy"], rows) if rows else "(no notebooks)")
+    return 0
+
+
+def cmd_config(args) -> int:
+    import yaml
+
+    cfg = _load(args.profile, args.overrides, args.seed)
+    sys.stdout.write(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    return 0
+
+
+def _lazy(module: str, func: str, command: str):
+    """Import ``module.func`` for a command another part of the suite implements; a clear error if absent."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        # Only "the module itself is not written yet" is turned into a usage message; a missing dependency
+        # *inside* the module is a real error and propagates.
+        if exc.name and module.startswith(exc.name):
+            _err(f"`acl {command}` is not available yet: module {module} does not exist")
+            raise SystemExit(EXIT_USAGE) from None
+        raise
+    if not hasattr(mod, func):
+        _err(f"`acl {command}` is not available yet: {module} has no function {func}()")
+        raise SystemExit(EXIT_USAGE)
+    return getattr(mod, func)
+
+
+def cmd_eval(args) -> int:
+    return _lazy("acl_lib.eval.harness", "cli_main", "eval")(args)
+
+
+def cmd_retail_replay(args) -> int:
+    return _lazy("acl_lib.envs.retail", "replay_cli", "env retail replay")(args)
+
+
+def cmd_nbstrip(args) -> int:
+    from acl_lib import notebooks as nbs
+
+    paths = [Path(p) for p in args.paths] or sorted(Path("notebooks").glob("*.ipynb"))
+    dirty = []
+    for p in paths:
+        if args.check:
+            import shutil
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                copy = Path(tmp) / p.name
+                shutil.copyfile(p, copy)
+                if nbs.strip_outputs(copy):
+                    dirty.append(p)
+        elif nbs.strip_outputs(p):
+            dirty.append(p)
+    verb = "would strip" if args.check else "stripped"
+    for p in dirty:
+        print(f"{verb}: {p}")
+    print(f"{len(paths)} notebook(s) checked, {len(dirty)} {verb}")
+    return EXIT_FAILED if (args.check and dirty) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,660 @@
+"""The tau2-bench retail database: its schema, its 16 tools, and the gold-action replay.
+
+The schema follows tau2-bench's retail ``db.json`` (products with variants, users with payment methods,
+orders with items, fulfillments and payment history). ``RetailDB.load(d).dump() == d`` for the real
+file: fields that tau2 leaves out until a tool sets them (``cancel_reason``, ``exchange_*``,
+``return_*``) are ``None`` in memory and absent in the dump.
+
+``RetailTools`` implements the 15 tau2 tools plus tau3's ``get_item_details`` with the preconditions,
+effects and error messages of ``shared/fixtures/tau2/RETAIL_TOOLS.md``. A failed precondition raises
+``ToolError`` (the agent sees ``Error: <message>``) and a failed call changes nothing: every check runs
+before the first write. Each tool also rejects argument values of the wrong type with a ``ToolError``,
+so a tool never raises anything else, whatever it is given.
+
+``replay(db_dict, task_dict)`` runs a task's gold actions on a fresh copy of a database and reports
+which actions raised and which orders and users they changed (the gold end state a task is scored on).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+import unicodedata
+from typing import Any, Callable, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from acl_lib.envs.base import ToolError, function_schema
+
+# --- schema ---------------------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    # extra="forbid": a record with an unknown key would not round-trip, so refuse it at load time
+    model_config = ConfigDict(extra="forbid")
+
+
+class Variant(_Model):
+    item_id: str
+    options: dict[str, str]
+    available: bool
+    price: float  # dollars
+
+
+class Product(_Model):
+    name: str
+    product_id: str
+    variants: dict[str, Variant]  # item_id -> variant
+
+
+class UserName(_Model):
+    first_name: str
+    last_name: str
+
+
+class Address(_Model):
+    address1: str
+    address2: str
+    city: str
+    country: str
+    state: str
+    zip: str
+
+
+class CreditCard(_Model):
+    source: Literal["credit_card"]
+    id: str
+    brand: str
+    last_four: str
+
+
+class Paypal(_Model):
+    source: Literal["paypal"]
+    id: str
+
+
+class GiftCard(_Model):
+    source: Literal["gift_card"]
+    id: str
+    balance: float  # dollars
+
+
+PaymentMethod = Union[CreditCard, Paypal, GiftCard]
+
+
+class User(_Model):
+    user_id: str
+    name: UserName
+    address: Address
+    email: str
+    payment_methods: dict[str, PaymentMethod]
+    orders: list[str]
+
+
+class OrderItem(_Model):
+    name: str
+    product_id: str
+    item_id: str
+    price: float  # dollars, at time of purchase
+    options: dict[str, str]
+
+
+class Fulfillment(_Model):
+    tracking_id: list[str]
+    item_ids: list[str]
+
+
+class OrderPayment(_Model):
+    transaction_type: Literal["payment", "refund"]
+    amount: float  # dollars
+    payment_method_id: str
+
+
+OrderStatus = Literal[
+    "processed", "pending", "pending (item modified)", "delivered", "cancelled", "exchange requested", "return requested"
+]
+
+
+class Order(_Model):
+    order_id: str
+    user_id: str
+    address: Address
+    items: list[OrderItem]
+    status: OrderStatus
+    fulfillments: list[Fulfillment]
+    payment_history: list[OrderPayment]
+    # set by the write tools; absent from db.json until then
+    cancel_reason: Optional[Literal["no longer needed", "ordered by mistake"]] = None
+    exchange_items: Optional[list[str]] = None
+    exchange_new_items: Optional[list[str]] = None
+    exchange_payment_method_id: Optional[str] = None
+    exchange_price_difference: Optional[float] = None
+    return_items: Optional[list[str]] = None
+    return_payment_method_id: Optional[str] = None
+
+
+class RetailDB(_Model):
+    products: dict[str, Product]  # product_id -> product
+    users: dict[str, User]  # user_id -> user
+    orders: dict[str, Order]  # order_id -> order
+
+    @classmethod
+    def load(cls, d: dict) -> "RetailDB":
+        """A fresh, independent database from a tau2 ``db.json`` dict (the dict is not modified)."""
+        return cls.model_validate(d)
+
+    @classmethod
+    def from_file(cls, path: str) -> "RetailDB":
+        with open(path) as f:
+            return cls.model_validate_json(f.read())
+
+    def dump(self) -> dict:
+        """The tau2 JSON form (``json.dumps(dump, indent=4)`` reproduces ``db.json`` byte for byte)."""
+        return self.model_dump(exclude_none=True)
+
+
+def record(obj: BaseModel) -> dict:
+    """One user/order/product/variant in the tau2 JSON form."""
+    return obj.model_dump(exclude_none=True)
+
+
+# --- tools ----------------------------------------------------------------------------------------
+
+_ORDER_ID = "The order id, such as '#W0000000'. Be careful there is a '#' symbol at the beginning of the order id."
+_USER_ID = "The user id, such as 'sara_doe_496'."
+_PAYMENT_ID = (
+    "The payment method id to pay or receive refund for the item price difference, such as 'gift_card_0000000' "
+    "or 'credit_card_0000000'. These can be looked up from the user or order details."
+)
+_STR = {"type": "string"}
+
+
+def _s(desc: str) -> dict:
+    return {"type": "string", "description": desc}
+
+
+def _ids(desc: str) -> dict:
+    return {"type": "array", "items": _STR, "description": desc}
+
+
+_ADDRESS_PROPS = {
+    "address1": _s("The first line of the address, such as '123 Main St'."),
+    "address2": _s("The second line of the address, such as 'Apt 1' or ''."),
+    "city": _s("The city, such as 'San Francisco'."),
+    "state": _s("The state, such as 'CA'."),
+    "country": _s("The country, such as 'USA'."),
+    "zip": _s("The zip code, such as '12345'."),
+}
+
+# OpenAI function schemas of the 16 tools, in the reference's alphabetical order.
+TOOL_SCHEMAS: list[dict] = [
+    function_schema(
+        "calculate",
+        "Calculate the result of a mathematical expression.",
+        {"expression": _s("The mathematical expression to calculate, such as '2 + 2'. The expression can contain "
+                          "numbers, operators (+, -, *, /), parentheses, and spaces.")},
+    ),
+    function_schema(
+        "cancel_pending_order",
+        "Cancel a pending order. If the order is already processed or delivered, it cannot be cancelled. The agent "
+        "needs to explain the cancellation detail and ask for explicit user confirmation (yes/no) to proceed. If the "
+        "user confirms, the order status will be changed to 'cancelled' and the payment will be refunded. The refund "
+        "will be added to the user's gift card balance immediately if the payment was made using a gift card, "
+        "otherwise the refund would take 5-7 business days to process. The function returns the order details after "
+        "the cancellation.",
+        {"order_id": _s(_ORDER_ID),
+         "reason": _s("The reason for cancellation, which should be either 'no longer needed' or 'ordered by mistake'.")},
+    ),
+    function_schema(
+        "exchange_delivered_order_items",
+        "Exchange items in a delivered order to new items of the same product type. For a delivered order, return or "
+        "exchange can be only done once by the agent. The agent needs to explain the exchange detail and ask for "
+        "explicit user confirmation (yes/no) to proceed.",
+        {"order_id": _s(_ORDER_ID),
+         "item_ids": _ids("The item ids to be exchanged, each such as '1008292230'. There could be duplicate items in the list."),
+         "new_item_ids": _ids("The item ids to be exchanged for, each such as '1008292230'. There could be duplicate items "
+                              "in the list. Each new item id should match the item id in the same position and be of the same product."),
+         "payment_method_id": _s(_PAYMENT_ID)},
+    ),
+    function_schema(
+        "find_user_id_by_email",
+        "Find user id by email. If the user is not found, the function will return an error message.",
+        {"email": _s("The email of the user, such as 'something@example.com'.")},
+    ),
+    function_schema(
+        "find_user_id_by_name_zip",
+        "Find user id by first name, last name, and zip code. If the user is not found, the function will return an "
+        "error message. By default, find user id by email, and only call this function if the user is not found by "
+        "email or cannot remember email.",
+        {"first_name": _s("The first name of the customer, such as 'John'."),
+         "last_name": _s("The last name of the customer, such as 'Doe'."),
+         "zip": _s("The zip code of the customer, such as '12345'.")},
+    ),
+    function_schema(
+        "get_item_details",
+        "Get the inventory details of an item.",
+        {"item_id": _s("The item id, such as '6086499569'. Be careful the item id is different from the product id.")},
+    ),
+    function_schema("get_order_details", "Get the status and details of an order.", {"order_id": _s(_ORDER_ID)}),
+    function_schema(
+        "get_product_details",
+        "Get the inventory details of a product.",
+        {"product_id": _s("The product id, such as '6086499569'. Be careful the product id is different from the item id.")},
+    ),
+    function_schema("get_user_details", "Get the details of a user, including their orders.", {"user_id": _s(_USER_ID)}),
+    function_schema(
+        "list_all_product_types",
+        "List the name and product id of all product types. Each product type has a variety of different items with "
+        "unique item ids and options.",
+        {},
+    ),
+    function_schema(
+        "modify_pending_order_address",
+        "Modify the shipping address of a pending order. The agent needs to explain the modification detail and ask "
+        "for explicit user confirmation (yes/no) to proceed.",
+        {"order_id": _s(_ORDER_ID), **_ADDRESS_PROPS},
+    ),
+    function_schema(
+        "modify_pending_order_items",
+        "Modify items in a pending order to new items of the same product type. For a pending order, this function can "
+        "only be called once. The agent needs to explain the exchange detail and ask for explicit user confirmation "
+        "(yes/no) to proceed.",
+        {"order_id": _s(_ORDER_ID),
+         "item_ids": _ids("The item ids to be modified, each such as '1008292230'. There could be duplicate items in the list."),
+         "new_item_ids": _ids("The item ids to be modified for, each such as '1008292230'. There could be duplicate items in "
+                              "the list. Each new item id should match the item id in the same position and be of the same product."),
+         "payment_method_id": _s(_PAYMENT_ID)},
+    ),
+    function_schema(
+        "modify_pending_order_payment",
+        "Modify the payment method of a pending order. The agent needs to explain the modification detail and ask for "
+        "explicit user confirmation (yes/no) to proceed.",
+        {"order_id": _s(_ORDER_ID), "payment_method_id": _s(_PAYMENT_ID)},
+    ),
+    function_schema(
+        "modify_user_address",
+        "Modify the default address of a user. The agent needs to explain the modification detail and ask for "
+        "explicit user confirmation (yes/no) to proceed.",
+        {"user_id": _s(_USER_ID), **_ADDRESS_PROPS},
+    ),
+    function_schema(
+        "return_delivered_order_items",
+        "Return some items of a delivered order. The order status will be changed to 'return requested'. The agent "
+        "needs to explain the return detail and ask for explicit user confirmation (yes/no) to proceed. The user will "
+        "receive follow-up email for how and where to return the item.",
+        {"order_id": _s(_ORDER_ID),
+         "item_ids": _ids("The item ids to be returned, each such as '1008292230'. There could be duplicate items in the list."),
+         "payment_method_id": _s("The payment method id to receive the refund, such as 'gift_card_0000000' or "
+                                 "'credit_card_0000000'. These can be looked up from the user or order details.")},
+    ),
+    function_schema(
+        "transfer_to_human_agents",
+        "Transfer the user to a human agent, with a summary of the user's issue. Only transfer if the user explicitly "
+        "asks for a human agent, or given the policy and the available tools, you cannot solve the user's issue.",
+        {"summary": _s("A summary of the user's issue.")},
+    ),
+]
+TOOL_NAMES = [s["function"]["name"] for s in TOOL_SCHEMAS]
+WRITE_TOOLS = frozenset({
+    "cancel_pending_order", "exchange_delivered_order_items", "modify_pending_order_address",
+    "modify_pending_order_items", "modify_pending_order_payment", "modify_user_address", "return_delivered_order_items",
+})
+
+
+def _fold(text: str) -> str:
+    """Case- and accent-insensitive form of a name or email (how the reference matches them)."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+
+
+def _need_str(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ToolError(f"argument '{name}' must be a string")
+    return value
+
+
+def _need_str_list(name: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ToolError(f"argument '{name}' must be a list of strings")
+    return value
+
+
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
+_UNOPS: dict[type, Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+
+
+def _arith(node: ast.AST) -> int | float:
+    """Evaluate an arithmetic AST with Python's semantics (what the reference's ``eval`` computes).
+
+    Only numbers, + - * / ** and unary signs; exponents are bounded so that ``9**9**9`` cannot hang.
+    """
+    if isinstance(node, ast.Expression):
+        return _arith(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
+        return _UNOPS[type(node.op)](_arith(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        left, right = _arith(node.left), _arith(node.right)
+        if isinstance(node.op, ast.Pow) and (abs(right) > 1000 or abs(left) > 1e12 and abs(right) > 10):
+            raise ToolError("Exponent too large")
+        return _BINOPS[type(node.op)](left, right)
+    raise ToolError("Invalid expression")
+
+
+class RetailTools:
+    """The retail desk's tools over one ``RetailDB`` (mutated in place by the write tools).
+
+    Every public tool takes the schema's arguments as keyword arguments and returns a string (a JSON
+    record for look-ups and writes). ``touched_orders`` / ``touched_users`` collect the ids a write call
+    changed, so a scorer need compare only those records.
+    """
+
+    def __init__(self, db: RetailDB):
+        self.db = db
+        self.touched_orders: set[str] = set()
+        self.touched_users: set[str] = set()
+
+    def functions(self) -> dict[str, Callable[..., str]]:
+        """Tool name -> bound method, for ``ToolEpisode.tool_functions``."""
+        return {name: getattr(self, name) for name in TOOL_NAMES}
+
+    def call(self, name: str, arguments: dict) -> str:
+        """Run one tool by name (the replay's entry point). Raises ``ToolError`` on any failure."""
+        if name not in TOOL_NAMES:
+            raise ToolError(f"Tool {name} not found")
+        if not isinstance(arguments, dict):
+            raise ToolError("arguments must be an object")
+        try:
+            return getattr(self, name)(**arguments)
+        except TypeError as exc:  # missing / unexpected keyword arguments
+            raise ToolError(str(exc)) from None
+
+    # --- look-ups ---
+    def _order(self, order_id: Any) -> Order:
+        order = self.db.orders.get(_need_str("order_id", order_id))
+        if order is None:
+            raise ToolError("Order not found")
+        return order
+
+    def _user(self, user_id: Any) -> User:
+        user = self.db.users.get(_need_str("user_id", user_id))
+        if user is None:
+            raise ToolError("User not found")
+        return user
+
+    def _product(self, product_id: Any) -> Product:
+        product = self.db.products.get(_need_str("product_id", product_id))
+        if product is None:
+            raise ToolError("Product not found")
+        return product
+
+    def _variant(self, product_id: str, item_id: str) -> Variant:
+        variant = self._product(product_id).variants.get(item_id)
+        if variant is None:
+            raise ToolError("Variant not found")
+        return variant
+
+    def _payment_method(self, user_id: str, payment_method_id: Any) -> PaymentMethod:
+        pm = self._user(user_id).payment_methods.get(_need_str("payment_method_id", payment_method_id))
+        if pm is None:
+            raise ToolError("Payment method not found")
+        return pm
+
+    @staticmethod
+    def _check_counts(order: Order, item_ids: list[str], message: Callable[[str], str]) -> None:
+        have = [item.item_id for item in order.items]
+        for item_id in item_ids:
+            if item_ids.count(item_id) > have.count(item_id):
+                raise ToolError(message(item_id))
+
+    # --- read and generic tools ---
+    def calculate(self, expression: str) -> str:
+        expression = _need_str("expression", expression)
+        if not all(c in "0123456789+-*/(). " for c in expression):
+            raise ToolError("Invalid characters in expression")
+        try:
+            value = _arith(ast.parse(expression.strip(), mode="eval"))
+            return str(round(float(value), 2))
+        except ToolError:
+            raise
+        except (SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError, RecursionError, MemoryError) as exc:
+            raise ToolError(f"Invalid expression: {type(exc).__name__}") from None
+
+    def transfer_to_human_agents(self, summary: str) -> str:
+        _need_str("summary", summary)
+        return "Transfer successful"
+
+    def find_user_id_by_email(self, email: str) -> str:
+        wanted = _fold(_need_str("email", email))
+        for user_id, user in self.db.users.items():
+            if _fold(user.email) == wanted:
+                return user_id
+        raise ToolError("User not found")
+
+    def find_user_id_by_name_zip(self, first_name: str, last_name: str, zip: str) -> str:
+        first, last = _fold(_need_str("first_name", first_name)), _fold(_need_str("last_name", last_name))
+        zip = _need_str("zip", zip)
+        for user_id, user in self.db.users.items():
+            if _fold(user.name.first_name) == first and _fold(user.name.last_name) == last and user.address.zip == zip:
+                return user_id
+        raise ToolError("User not found")
+
+    def get_order_details(self, order_id: str) -> str:
+        return json.dumps(record(self._order(order_id)))
+
+    def get_product_details(self, product_id: str) -> str:
+        return json.dumps(record(self._product(product_id)))
+
+    def get_user_details(self, user_id: str) -> str:
+        return json.dumps(record(self._user(user_id)))
+
+    def get_item_details(self, item_id: str) -> str:
+        item_id = _need_str("item_id", item_id)
+        for product in self.db.products.values():
+            if item_id in product.variants:
+                return json.dumps(record(product.variants[item_id]))
+        raise ToolError("Item not found")
+
+    def list_all_product_types(self) -> str:
+        return json.dumps({p.name: p.product_id for p in self.db.products.values()}, sort_keys=True)
+
+    # --- write tools (all checks first, then the writes) ---
+    def cancel_pending_order(self, order_id: str, reason: str) -> str:
+        order = self._order(order_id)
+        if order.status != "pending":
+            raise ToolError("Non-pending order cannot be cancelled")
+        if _need_str("reason", reason) not in ("no longer needed", "ordered by mistake"):
+            raise ToolError("Invalid reason")
+        methods = [self._payment_method(order.user_id, p.payment_method_id) for p in order.payment_history]
+        refunds = [OrderPayment(transaction_type="refund", amount=p.amount, payment_method_id=p.payment_method_id)
+                   for p in order.payment_history]
+        for payment, method in zip(order.payment_history, methods):
+            if isinstance(method, GiftCard):  # gift cards are refunded at once
+                method.balance = round(method.balance + payment.amount, 2)
+        order.status = "cancelled"
+        order.cancel_reason = reason  # type: ignore[assignment]
+        order.payment_history.extend(refunds)
+        self.touched_orders.add(order.order_id)
+        self.touched_users.add(order.user_id)
+        return json.dumps(record(order))
+
+    def _price_difference(self, order: Order, item_ids: list[str], new_item_ids: list[str],
+                          refuse_same: bool) -> tuple[float, list[Variant]]:
+        """Sum of new minus old prices (unrounded) and the new variants, checking each pair."""
+        diff: float = 0
+        variants = []
+        for item_id, new_item_id in zip(item_ids, new_item_ids):
+            if refuse_same and item_id == new_item_id:
+                raise ToolError("The new item id should be different from the old item id")
+            item = next(i for i in order.items if i.item_id == item_id)  # exists: counts were checked
+            variant = self._variant(item.product_id, new_item_id)
+            if not variant.available:
+                raise ToolError(f"New item {new_item_id} not found or available")
+            diff += variant.price - item.price
+            variants.append(variant)
+        return diff, variants
+
+    def exchange_delivered_order_items(self, order_id: str, item_ids: list[str], new_item_ids: list[str],
+                                       payment_method_id: str) -> str:
+        order = self._order(order_id)
+        if order.status != "delivered":
+            raise ToolError("Non-delivered order cannot be exchanged")
+        item_ids, new_item_ids = _need_str_list("item_ids", item_ids), _need_str_list("new_item_ids", new_item_ids)
+        self._check_counts(order, item_ids, lambda i: f"Number of {i} not found.")
+        if len(item_ids) != len(new_item_ids):
+            raise ToolError("The number of items to be exchanged should match.")
+        diff, _ = self._price_difference(order, item_ids, new_item_ids, refuse_same=False)
+        diff = round(diff, 2)
+        method = self._payment_method(order.user_id, payment_method_id)
+        if isinstance(method, GiftCard) and method.balance < diff:
+            raise ToolError("Insufficient gift card balance to pay for the price difference")
+        order.status = "exchange requested"
+        order.exchange_items = sorted(item_ids)
+        order.exchange_new_items = sorted(new_item_ids)
+        order.exchange_payment_method_id = payment_method_id
+        order.exchange_price_difference = diff
+        self.touched_orders.add(order.order_id)
+        return json.dumps(record(order))
+
+    def return_delivered_order_items(self, order_id: str, item_ids: list[str], payment_method_id: str) -> str:
+        order = self._order(order_id)
+        if order.status != "delivered":
+            raise ToolError("Non-delivered order cannot be returned")
+        method = self._payment_method(order.user_id, payment_method_id)
+        if not isinstance(method, GiftCard) and payment_method_id != order.payment_history[0].payment_method_id:
+            raise ToolError("Payment method should be the original payment method")
+        item_ids = _need_str_list("item_ids", item_ids)
+        self._check_counts(order, item_ids, lambda i: "Some item not found")
+        order.status = "return requested"
+        order.return_items = sorted(item_ids)
+        order.return_payment_method_id = payment_method_id
+        self.touched_orders.add(order.order_id)
+        return json.dumps(record(order))
+
+    def modify_pending_order_address(self, order_id: str, address1: str, address2: str, city: str, state: str,
+                                     country: str, zip: str) -> str:
+        order = self._order(order_id)
+        if "pending" not in order.status:
+            raise ToolError("Non-pending order cannot be modified")
+        order.address = self._address(address1, address2, city, state, country, zip)
+        self.touched_orders.add(order.order_id)
+        return json.dumps(record(order))
+
+    def modify_user_address(self, user_id: str, address1: str, address2: str, city: str, state: str, country: str,
+                            zip: str) -> str:
+        user = self._user(user_id)
+        user.address = self._address(address1, address2, city, state, country, zip)
+        self.touched_users.add(user.user_id)
+        return json.dumps(record(user))
+
+    @staticmethod
+    def _address(address1: Any, address2: Any, city: Any, state: Any, country: Any, zip: Any) -> Address:
+        fields = dict(address1=address1, address2=address2, city=city, country=country, state=state, zip=zip)
+        return Address(**{k: _need_str(k, v) for k, v in fields.items()})
+
+    def modify_pending_order_items(self, order_id: str, item_ids: list[str], new_item_ids: list[str],
+                                   payment_method_id: str) -> str:
+        order = self._order(order_id)
+        if order.status != "pending":
+            raise ToolError("Non-pending order cannot be modified")
+        item_ids, new_item_ids = _need_str_list("item_ids", item_ids), _need_str_list("new_item_ids", new_item_ids)
+        self._check_counts(order, item_ids, lambda i: f"{i} not found")
+        if len(item_ids) != len(new_item_ids):
+            raise ToolError("The number of items to be exchanged should match")
+        diff, variants = self._price_difference(order, item_ids, new_item_ids, refuse_same=True)
+        method = self._payment_method(order.user_id, payment_method_id)
+        if isinstance(method, GiftCard) and method.balance < diff:
+            raise ToolError("Insufficient gift card balance to pay for the new item")
+        # The reference records the unrounded difference and, for every modified item, the price and
+        # options of the *last* new variant it checked: reproduced on purpose (gold states depend on it).
+        order.payment_history.append(OrderPayment(
+            transaction_type="payment" if diff > 0 else "refund", amount=abs(diff), payment_method_id=payment_method_id))
+        if isinstance(method, GiftCard):
+            method.balance = round(method.balance - diff, 2)
+            self.touched_users.add(order.user_id)
+        last = variants[-1] if variants else None
+        for item_id, new_item_id in zip(item_ids, new_item_ids):
+            item = next(i for i in order.items if i.item_id == item_id)
+            item.item_id = new_item_id
+            if last is not None:
+                item.price = last.price
+                item.options = dict(last.options)
+        order.status = "pending (item modified)"
+        self.touched_orders.add(order.order_id)
+        return json.dumps(record(order))
+
+    def modify_pending_order_payment(self, order_id: str, payment_method_id: str) -> str:
+        order = self._order(order_id)
+        if "pending" not in order.status:
+            raise ToolError("Non-pending order cannot be modified")
+        method = self._payment_method(order.user_id, payment_method_id)
+        history = order.payment_history
+        if len(history) != 1 or history[0].transaction_type != "payment":
+            raise ToolError("There should be exactly one payment for a pending order")
+        old_id = history[0].payment_method_id
+        if old_id == payment_method_id:
+            raise ToolError("The new payment method should be different from the current one")
+        amount = history[0].amount
+        if isinstance(method, GiftCard) and method.balance < amount:
+            raise ToolError("Insufficient gift card balance to pay for the order")
+        old_method = self._payment_method(order.user_id, old_id)
+        history.append(OrderPayment(transaction_type="payment", amount=amount, payment_method_id=payment_method_id))
+        history.append(OrderPayment(transaction_type="refund", amount=amount, payment_method_id=old_id))
+        if isinstance(method, GiftCard):
+            method.balance = round(method.balance - amount, 2)
+        if isinstance(old_method, GiftCard):
+            old_method.balance = round(old_method.balance + amount, 2)
+        self.touched_orders.add(order.order_id)
+        self.touched_users.add(order.user_id)
+        return json.dumps(record(order))
+
+
+# --- gold replay ----------------------------------------------------------------------------------
+
+
+def changed_records(before: RetailDB | dict, tools: RetailTools) -> tuple[dict, dict]:
+    """Orders and users the calls on ``tools`` changed relative to ``before``: ({order_id: order}, {user_id: user})."""
+    base = before.dump() if isinstance(before, RetailDB) else before
+    orders = {oid: record(tools.db.orders[oid]) for oid in sorted(tools.touched_orders)}
+    users = {uid: record(tools.db.users[uid]) for uid in sorted(tools.touched_users)}
+    orders = {k: v for k, v in orders.items() if base["orders"].get(k) != v}
+    users = {k: v for k, v in users.items() if base["users"].get(k) != v}
+    return orders, users
+
+
+def run_actions(db: RetailDB, actions: list[dict]) -> tuple[RetailTools, list[dict]]:
+    """Apply ``actions`` (tau2 action dicts: name, arguments) to ``db`` in place, skipping failures.
+
+    Returns the tools (with the touched ids) and one ``{"action_id", "name", "error"}`` per action that raised.
+    """
+    tools = RetailTools(db)
+    failures = []
+    for action in actions:
+        try:
+            tools.call(action["name"], action.get("arguments") or {})
+        except ToolError as exc:
+            failures.append({"action_id": action.get("action_id"), "name": action["name"], "error": str(exc)})
+    return tools, failures
+
+
+def replay(db_dict: dict, task_dict: dict) -> dict:
+    """Replay one tau2 task's gold actions on a fresh copy of ``db_dict``.
+
+    Returns ``{"id", "failing_actions": [action_id, ...], "errors": {action_id: message}, "orders": {...},
+    "users": {...}}``: the orders and users (tau2 JSON records) the gold actions changed.
+    """
+    criteria = task_dict.get("evaluation_criteria") or {}
+    tools, failures = run_actions(RetailDB.load(db_dict), criteria.get("actions") or [])
+    orders, users = changed_records(db_dict, tools)
+    return {
+        "id": task_dict.get("id"),
+        "failing_actions": [f["action_id"] for f in failures],
+        "errors": {f["action_id"]: f["error"] for f in failures},
+        "orders": orders,
+        "users": users,
+    }

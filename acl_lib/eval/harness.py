@@ -1,0 +1,328 @@
+"""One evaluation harness for every checkpoint: in-domain and OOD suites, multi-turn episodes, avg@k.
+
+    acl eval --model outputs/mini/seed0/seq_math/model --profile mini [--suites all] [--k 4]
+
+or, from Python, ``evaluate(cfg, model="...", out_dir=...)``. A *policy* turns a batch of
+(task, conversation-so-far) into assistant texts: a HF model (batched ``generate`` on CPU), a vLLM engine
+(the ``paper`` profile), the scripted experts (``--model expert``) or a do-nothing policy
+(``--model null``), all run through the same episodes.
+
+Outputs in ``out_dir``:
+- ``metrics.json``: ``{"scores": {benchmark: percent}, "mean_reward": {...}, "n_tasks": {...}, ...}``.
+  A benchmark's score is the percentage of episodes with reward 1 (pass rate; for IFEval this is
+  prompt-level strict accuracy), averaged over k samples per task (avg@k).
+- ``records/<benchmark>.jsonl``: one line per episode with the transcript and the failure reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, make_env, scripted_expert
+from acl_lib.envs.base import Episode, Task
+
+log = logging.getLogger(__name__)
+
+PASS_EPS = 1e-9
+
+
+class Policy(Protocol):
+    """Maps a batch of (task, messages so far) to the next assistant texts (raw, as generated)."""
+
+    def __call__(self, batch: Sequence[tuple[Task, list[dict]]]) -> list[str]: ...
+
+
+# --- policies ---------------------------------------------------------------------------------------
+
+
+class ExpertPolicy:
+    """The scripted experts of every world, behind the policy interface."""
+
+    name = "expert"
+
+    def __call__(self, batch):
+        return [scripted_expert(task.domain)(task, messages) for task, messages in batch]
+
+
+class NullPolicy:
+    """A policy that does nothing (empty turns): the floor every benchmark should score about 0 on."""
+
+    name = "null"
+
+    def __call__(self, batch):
+        return ["" for _ in batch]
+
+
+class HFPolicy:
+    """Batched HF ``generate`` with the tokenizer's chat template (CPU or one GPU).
+
+    Prompts longer than the model's context minus ``max_new_tokens`` are not generated: the episode ends
+    with a "context limit" failure (``context_overflow`` marks them with ``None``).
+    """
+
+    def __init__(self, model_dir: str, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+                 batch_size: int = 16, dtype: str = "float32"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.name = str(model_dir)
+        self.tok = AutoTokenizer.from_pretrained(model_dir)
+        self.tok.padding_side = "left"
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+        self.model.eval()
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.batch_size = batch_size
+        self.max_context = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
+        self.generated_tokens = 0
+        self.generate_seconds = 0.0
+
+    def render(self, task: Task, messages: list[dict]) -> str:
+        return self.tok.apply_chat_template(
+            messages, tools=task.tools or None, add_generation_prompt=True, tokenize=False
+        )
+
+    def __call__(self, batch):
+        import torch
+
+        prompts = [self.render(t, m) for t, m in batch]
+        ids = [self.tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        out: list[str | None] = [None] * len(batch)
+        limit = self.max_context - self.max_new_tokens
+        order = sorted((i for i in range(len(batch)) if len(ids[i]) <= limit), key=lambda i: len(ids[i]))
+        eos = self.tok.eos_token_id
+        pad = self.tok.pad_token_id
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            width = max(len(ids[i]) for i in chunk)
+            input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            attn = torch.zeros((len(chunk), width), dtype=torch.long)
+            for row, i in enumerate(chunk):
+                input_ids[row, width - len(ids[i]) :] = torch.tensor(ids[i])
+                attn[row, width - len(ids[i]) :] = 1
+            sample = self.temperature > 0
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                gen = self.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attn,
+                    max_new_tokens=self.max_new_tokens,
+                    do_sample=sample,
+                    temperature=self.temperature if sample else None,
+                    top_p=self.top_p if sample else None,
+                    top_k=None,
+                    eos_token_id=eos,
+                    pad_token_id=pad,
+                )
+            self.generate_seconds += time.perf_counter() - t0
+            new = gen[:, width:]
+            for row, i in enumerate(chunk):
+                toks = new[row].tolist()
+                if eos in toks:
+                    toks = toks[: toks.index(eos)]
+                self.generated_tokens += len(toks)
+                out[i] = self.tok.decode(toks, skip_special_tokens=True)
+        return out
+
+
+class VLLMPolicy(HFPolicy):
+    """vLLM generation (the ``paper`` profile). vLLM is in the ``gpu`` extra; it does not install on CPU."""
+
+    def __init__(self, model_dir: str, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+                 batch_size: int = 256, dtype: str = "bfloat16"):
+        try:
+            from vllm import LLM, SamplingParams
+        except ImportError as exc:  # pragma: no cover - GPU machines only
+            raise RuntimeError("eval.backend=vllm needs vLLM: install the suite with the 'gpu' extra") from exc
+        from transformers import AutoTokenizer
+
+        self.name = str(model_dir)
+        self.tok = AutoTokenizer.from_pretrained(model_dir)
+        self.llm = LLM(model=model_dir, dtype=dtype)
+        self.params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        self.max_new_tokens = max_new_tokens
+        self.max_context = self.llm.llm_engine.model_config.max_model_len
+        self.generated_tokens = 0
+        self.generate_seconds = 0.0
+
+    def __call__(self, batch):  # pragma: no cover - GPU machines only
+        prompts = [self.render(t, m) for t, m in batch]
+        t0 = time.perf_counter()
+        outs = self.llm.generate(prompts, self.params, use_tqdm=False)
+        self.generate_seconds += time.perf_counter() - t0
+        texts = []
+        for o in outs:
+            self.generated_tokens += len(o.outputs[0].token_ids)
+            texts.append(o.outputs[0].text)
+        return texts
+
+
+def make_policy(model: str, cfg) -> Policy:
+    """``expert`` / ``null`` or a checkpoint directory / hub id, with the profile's sampling settings."""
+    if model == "expert":
+        return ExpertPolicy()
+    if model == "null":
+        return NullPolicy()
+    cls = VLLMPolicy if cfg.eval.backend == "vllm" else HFPolicy
+    return cls(model, cfg.eval.max_new_tokens, cfg.eval.temperature, cfg.eval.top_p, cfg.eval.batch_size,
+               dtype=cfg.model.dtype)
+
+
+# --- episodes ---------------------------------------------------------------------------------------
+
+
+def run_episodes(policy: Policy, episodes: list[Episode], batch_size: int = 64,
+                 progress: Callable[[int], None] | None = None) -> None:
+    """Drive every episode to its end, one assistant turn per round for all active episodes."""
+    while True:
+        active = [e for e in episodes if not e.done]
+        if not active:
+            return
+        for start in range(0, len(active), batch_size):
+            chunk = active[start : start + batch_size]
+            texts = policy([(e.task, e.messages) for e in chunk])
+            for ep, text in zip(chunk, texts):
+                if text is None:
+                    ep.end("context limit: prompt longer than the model's context")
+                    continue
+                ep.step(text)
+                if ep.done and progress:
+                    progress(1)
+
+
+def _failure_key(reason: str | None) -> str:
+    return (reason or "").split(":")[0].strip()[:80]
+
+
+def evaluate_benchmark(policy: Policy, bench: Benchmark, env, n: int, k: int, max_turns: int,
+                       task_seed: int = 0, batch_size: int = 64, progress=None) -> tuple[dict, list[dict]]:
+    """Score one benchmark: ``n`` tasks x ``k`` samples. Returns (summary, per-episode records)."""
+    tasks = env.tasks(bench.split, n, seed=task_seed)
+    episodes = [env.start(t, max_turns=max_turns) for t in tasks for _ in range(k)]
+    run_episodes(policy, episodes, batch_size=batch_size, progress=progress)
+    records = []
+    for i, ep in enumerate(episodes):
+        rec = ep.record()
+        rec["sample"] = i % k
+        records.append(rec)
+    rewards = [r["reward"] for r in records]
+    passed = [r >= 1.0 - PASS_EPS for r in rewards]
+    summary = {
+        "score": 100.0 * sum(passed) / max(1, len(passed)),
+        "mean_reward": sum(rewards) / max(1, len(rewards)),
+        "n_tasks": len(tasks),
+        "k": k,
+        "failures": dict(Counter(_failure_key(r["failure"]) for r in records if r["failure"]).most_common(8)),
+    }
+    return summary, records
+
+
+def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = None, k: int | None = None,
+             policy: Policy | None = None, benchmarks: list[str] | None = None) -> dict:
+    """Evaluate ``model`` (a checkpoint dir, ``expert`` or ``null``) on the suite; write metrics + records.
+
+    Tasks are drawn with the world seed ``cfg.worlds.seed`` (the same benchmark for every training seed).
+    """
+    from tqdm.auto import tqdm
+
+    suites = suites or cfg.eval.suites
+    k = k or cfg.eval.k
+    if k > 1 and cfg.eval.temperature == 0:
+        log.warning("k=%d with temperature 0 repeats the same greedy sample; using k=1", k)
+        k = 1
+    benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(suites)
+    policy = policy or make_policy(model, cfg)
+    out = Path(out_dir)
+    (out / "records").mkdir(parents=True, exist_ok=True)
+    envs: dict[str, object] = {}
+    t0 = time.perf_counter()
+    results: dict[str, dict] = {}
+    per_bench_seconds = {}
+    sizes = {b.key: (cfg.worlds.n_test if b.suite == "in_domain" else cfg.worlds.n_ood) for b in benches}
+    with tqdm(total=sum(sizes[b.key] * k for b in benches), desc=f"eval {Path(str(model)).name}", unit="ep") as bar:
+        for b in benches:
+            tb = time.perf_counter()
+            if b.env not in envs:
+                envs[b.env] = make_env(b.env, cfg.worlds, seed=cfg.worlds.seed)
+            summary, records = evaluate_benchmark(
+                policy, b, envs[b.env], sizes[b.key], k, cfg.eval.max_turns, task_seed=cfg.worlds.seed,
+                batch_size=max(cfg.eval.batch_size, 1) * 4, progress=bar.update,
+            )
+            per_bench_seconds[b.key] = round(time.perf_counter() - tb, 2)
+            results[b.key] = summary
+            _write_jsonl(out / "records" / f"{b.key}.jsonl", records)
+            bar.set_postfix_str(f"{b.key}={summary['score']:.1f}")
+    elapsed = time.perf_counter() - t0
+    metrics = {
+        "scores": {key: round(r["score"], 2) for key, r in results.items()},
+        "mean_reward": {key: round(r["mean_reward"], 4) for key, r in results.items()},
+        "n_tasks": {key: r["n_tasks"] for key, r in results.items()},
+        "failures": {key: r["failures"] for key, r in results.items()},
+        "k": k,
+        "model": str(model),
+        "profile": cfg.profile,
+        "seed": cfg.seed,
+        "suites": suites,
+        "elapsed_s": round(elapsed, 2),
+        "seconds_per_benchmark": per_bench_seconds,
+        "generated_tokens": getattr(policy, "generated_tokens", None),
+        "generate_seconds": round(getattr(policy, "generate_seconds", 0.0), 2),
+    }
+    _atomic_write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def _atomic_write_json(path: Path, obj) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    os.replace(tmp, path)
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as f:
+        for r in rows:
+            f.write(json.dumps(r, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def default_out_dir(model: str) -> Path:
+    """Where ``acl eval`` writes by default: a checkpoint ``<run>/model`` scores into ``<run>/``."""
+    p = Path(model)
+    if model in ("expert", "null") or not p.exists():
+        return Path("outputs") / "eval" / p.name
+    return p.parent if p.name == "model" else p
+
+
+def format_scores(metrics: dict) -> str:
+    lines = [f"{'benchmark':<12} {'score':>7}  n"]
+    for key, score in metrics["scores"].items():
+        lines.append(f"{key:<12} {score:>7.1f}  {metrics['n_tasks'][key]}")
+    return "\n".join(lines)
+
+
+def cli_main(args) -> int:
+    """``acl eval``: args has model, profile, suites, k, out, set (overrides), seed."""
+    from acl_lib.config import load_config
+
+    cfg = load_config(args.profile, getattr(args, "set", None) or [], seed=getattr(args, "seed", None))
+    if args.model not in ("expert", "null") and not Path(args.model).exists() and "/" not in args.model:
+        raise SystemExit(f"acl eval: no model directory {args.model!r} (or use 'expert' / 'null')")
+    out = Path(args.out) if getattr(args, "out", None) else default_out_dir(args.model)
+    torch_threads = cfg.torch_threads
+    if args.model not in ("expert", "null"):
+        import torch
+
+        torch.set_num_threads(torch_threads)
+    metrics = evaluate(cfg, args.model, out, suites=args.suites, k=args.k)
+    print(format_scores(metrics))
+    print(f"metrics: {out / 'metrics.json'}  records: {out / 'records'}  ({metrics['elapsed_s']:.1f} s)")
+    return 0
+

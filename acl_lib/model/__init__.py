@@ -1,0 +1,40 @@
+"""The base model: tokenizer, chat template, model builder and the notebook-00 step.
+
+    tokenizer.py      train_tokenizer(corpus, vocab_size): byte-level BPE, digits split, Qwen3 chat tokens
+    chat_template.py  CHAT_TEMPLATE (Jinja, Qwen3 convention), RESPONSE_TEMPLATE (tool-call parser spec)
+    build.py          build_model, load_model_and_tokenizer, save, base_corpus, build_base
+
+Names are imported lazily so ``import acl_lib.model`` (e.g. for ``BASE_SECTIONS``) does not load torch.
+"""
+
+from __future__ import annotations
+
+# The config sections the base run depends on (its run-store hash).
+BASE_SECTIONS = ("model", "pretrain", "worlds")
+
+_EXPORTS = {
+    "train_tokenizer": "acl_lib.model.tokenizer",
+    "wrap_tokenizer": "acl_lib.model.tokenizer",
+    "CHAT_TEMPLATE": "acl_lib.model.chat_template",
+    "RESPONSE_TEMPLATE": "acl_lib.model.chat_template",
+    "render_chat": "acl_lib.model.chat_template",
+    "build_model": "acl_lib.model.build",
+    "apply_chat_convention": "acl_lib.model.build",
+    "load_model_and_tokenizer": "acl_lib.model.build",
+    "save": "acl_lib.model.build",
+    "count_parameters": "acl_lib.model.build",
+    "placeholder_corpus": "acl_lib.model.build",
+    "base_corpus": "acl_lib.model.build",
+    "base_checkpoint": "acl_lib.model.build",
+    "build_base": "acl_lib.model.build",
+}
+
+__all__ = ["BASE_SECTIONS", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'acl_lib.model' has no attribute {name!r}")

@@ -1,0 +1,270 @@
+"""The base checkpoint: build (mini, smoke) or point at (paper) the model every stage starts from.
+
+- ``build_model(model_cfg, tokenizer)``: a randomly initialised ``Qwen3ForCausalLM`` sized by
+  ``cfg.model``, with the tokenizer's eos / pad ids in its config and generation config.
+- ``load_model_and_tokenizer(path_or_hub_id)``: the same ``AutoTokenizer`` / ``AutoModelForCausalLM`` calls
+  that load Qwen3-8B-Base in the paper profile, plus the chat conventions the trainers need.
+- ``save(model, tokenizer, directory)``: ``save_pretrained`` of both into one directory.
+- ``base_corpus(cfg)``: chat-rendered text the tokenizer is trained on (and, later, the base pretrained on).
+- ``build_base(cfg)``: the pipeline step of notebook 00, a run under ``outputs/<profile>/seed<k>/base/``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
+
+from acl_lib.config import Config, ModelConfig
+from acl_lib.model import BASE_SECTIONS
+from acl_lib.model.chat_template import IM_END, PAD_TOKEN, RESPONSE_TEMPLATE, render_chat
+from acl_lib.model.tokenizer import train_tokenizer
+
+# --- model ---------------------------------------------------------------------------------------------
+
+
+def build_model(model_cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3ForCausalLM:
+    """A freshly initialised Qwen3 causal LM with ``len(tokenizer)`` embeddings (seed torch beforehand).
+
+    eos = ``<|im_end|>`` (the end of an assistant turn: generation stops there), pad = ``<|endoftext|>``;
+    bos = pad, as in Qwen3's own config (no bos token is ever prepended).
+    """
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    if eos is None or pad is None or eos == pad:
+        raise ValueError(f"tokenizer needs distinct eos and pad tokens (eos={eos}, pad={pad})")
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=model_cfg.hidden_size,
+        intermediate_size=model_cfg.intermediate_size,
+        num_hidden_layers=model_cfg.num_hidden_layers,
+        num_attention_heads=model_cfg.num_attention_heads,
+        num_key_value_heads=model_cfg.num_key_value_heads,
+        head_dim=model_cfg.head_dim,
+        max_position_embeddings=model_cfg.max_position_embeddings,
+        tie_word_embeddings=model_cfg.tie_word_embeddings,
+        bos_token_id=pad,
+        eos_token_id=eos,
+        pad_token_id=pad,
+    )
+    model = Qwen3ForCausalLM(config).to(getattr(torch, model_cfg.dtype))
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = pad
+    model.generation_config.bos_token_id = pad
+    return model
+
+
+def apply_chat_convention(model, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Make a loaded model + tokenizer follow the conventions the trainers rely on (DESIGN.md section 9).
+
+    A no-op for checkpoints built here. For a hub base model in the Qwen3 convention (Qwen3-8B-Base ships
+    eos = ``<|endoftext|>`` and no response template) it sets eos = ``<|im_end|>`` in the tokenizer and the
+    generation config, pads on the left and installs ``RESPONSE_TEMPLATE`` for TRL's tool-call parsing.
+    """
+    vocab = tokenizer.get_vocab()
+    if tokenizer.eos_token != IM_END and IM_END in vocab:
+        tokenizer.eos_token = IM_END
+    if tokenizer.pad_token is None or tokenizer.pad_token == tokenizer.eos_token:
+        if PAD_TOKEN not in vocab:
+            raise ValueError(f"tokenizer has no pad token distinct from eos and no {PAD_TOKEN}")
+        tokenizer.pad_token = PAD_TOKEN
+    tokenizer.padding_side = "left"
+    if getattr(tokenizer, "response_template", None) is None:
+        tokenizer.response_template = RESPONSE_TEMPLATE
+    if model is not None:
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.config.eos_token_id = tokenizer.eos_token_id
+        model.config.pad_token_id = tokenizer.pad_token_id
+
+
+def load_model_and_tokenizer(path_or_hub_id: str | Path, dtype: str = "float32"):
+    """Load ``(model, tokenizer)`` from a directory written by ``save`` or from a hub id.
+
+    ``dtype``: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (the profile's ``model.dtype``).
+    """
+    tokenizer = AutoTokenizer.from_pretrained(str(path_or_hub_id))
+    model = AutoModelForCausalLM.from_pretrained(str(path_or_hub_id), dtype=getattr(torch, dtype))
+    apply_chat_convention(model, tokenizer)
+    return model, tokenizer
+
+
+def save(model, tokenizer: PreTrainedTokenizerBase, directory: str | Path) -> Path:
+    """``save_pretrained`` the model (safetensors + configs) and the tokenizer into ``directory``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def count_parameters(model) -> int:
+    """Number of distinct parameters (tied embeddings counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+# --- corpus --------------------------------------------------------------------------------------------
+
+_NAMES = ("Ann", "Bo", "Chen", "Dara", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun")
+_ITEMS = ("apples", "books", "coins", "marbles", "stamps", "shells", "cards", "pens")
+_CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression with integers and + - *.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "e.g. 12 * (3 + 4)"}},
+            "required": ["expression"],
+        },
+    },
+}
+
+
+def placeholder_corpus(n: int, seed: int = 0) -> list[str]:
+    """PLACEHOLDER text for the base model until the mini worlds provide their own.
+
+    ``n`` chat-rendered documents of three kinds: arithmetic word problems answered in the
+    ``Answer: <value>`` convention (some with a ``<think>`` block), and calculator tool-call episodes
+    (assistant ``<tool_call>``, ``<tool_response>``, final answer). Deterministic in ``seed``.
+    """
+    rng = random.Random(seed)
+    docs = []
+    for i in range(n):
+        a, b = rng.randint(2, 99), rng.randint(2, 99)
+        op = rng.choice("+-*")
+        value = {"+": a + b, "-": a - b, "*": a * b}[op]
+        name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+        kind = i % 3
+        if kind == 0:
+            question = f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have?"
+            value, work = a + b, f"{a} + {b} = {a + b}"
+        else:
+            question = f"What is {a} {op} {b}?"
+            work = f"{a} {op} {b} = {value}"
+        messages = [{"role": "system", "content": "Solve the problem. End with a line 'Answer: <value>'."}]
+        messages.append({"role": "user", "content": question})
+        tools = None
+        if kind == 2:  # a calculator episode
+            tools = [_CALCULATOR]
+            call = {"type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": f"{a} {op} {b}"})}}
+            messages += [
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "name": "calculator", "content": str(value)},
+                {"role": "assistant", "content": f"Answer: {value}"},
+            ]
+        elif rng.random() < 0.5:
+            messages.append({"role": "assistant", "content": f"<think>\n{work}\n</think>\n\nAnswer: {value}"})
+        else:
+            messages.append({"role": "assistant", "content": f"{work}\nAnswer: {value}"})
+        docs.append(render_chat(messages, tools=tools))
+    return docs
+
+
+def world_environments(cfg: Config) -> list[tuple]:
+    """``[(name, env, scripted_expert), ...]`` for every environment of ``acl_lib.envs.ENVIRONMENTS`` whose
+    module exists (the worlds are being written one by one). Errors inside an existing module propagate."""
+    from acl_lib.envs import ENVIRONMENTS, make_env, scripted_expert
+
+    found = []
+    for name, target in ENVIRONMENTS.items():
+        if importlib.util.find_spec(target.split(":")[0]) is None:
+            continue  # not written yet
+        found.append((name, make_env(name, cfg.worlds, seed=cfg.worlds.seed), scripted_expert(name)))
+    return found
+
+
+def expert_transcript(env, expert, task, max_turns: int) -> str:
+    """Drive one episode with the scripted expert and render the conversation with the chat template."""
+    episode = env.start(task, max_turns=max_turns)
+    while not episode.done:
+        episode.step(expert(task, episode.messages))
+    return render_chat(episode.messages, tools=task.tools)
+
+
+def base_corpus(cfg: Config) -> list[str]:
+    """``cfg.pretrain.corpus_docs`` chat-rendered documents for the tokenizer (and base pretraining)."""
+    return _corpus_and_sources(cfg)[0]
+
+
+def _corpus_and_sources(cfg: Config) -> tuple[list[str], list[str]]:
+    """The corpus and the names of the sources it came from.
+
+    Scripted-expert transcripts of training tasks from every mini-world environment that exists, an equal
+    share each (drawn with a seed offset so they differ from the RL training tasks); while no environment
+    exists yet, ``placeholder_corpus``.
+    """
+    n = cfg.pretrain.corpus_docs
+    worlds = world_environments(cfg)
+    if not worlds:
+        return placeholder_corpus(n, seed=cfg.seed), ["placeholder"]
+    docs: list[str] = []
+    for i, (_, env, expert) in enumerate(worlds):
+        share = n // len(worlds) + (1 if i < n % len(worlds) else 0)
+        for task in env.tasks("train", share, seed=cfg.seed + 1000):
+            docs.append(expert_transcript(env, expert, task, cfg.eval.max_turns))
+    return docs, [name for name, _, _ in worlds]
+
+
+# --- the pipeline step ---------------------------------------------------------------------------------
+
+
+def base_checkpoint(cfg: Config) -> str:
+    """Where the base checkpoint lives: the hub id / directory in ``model.base_model``, or the
+    directory ``build_base`` writes (``outputs/<profile>/seed<k>/base/model``)."""
+    return cfg.model.base_model or str(cfg.seed_dir() / "base" / "model")
+
+
+def build_base(cfg: Config) -> str:
+    """Notebook 00: make the base checkpoint every stage starts from. Returns ``base_checkpoint(cfg)``.
+
+    - ``model.base_model`` set (paper): record the hub id / path in ``base/base.json``; nothing is
+      trained or downloaded.
+    - otherwise (smoke, mini): train the tokenizer on ``base_corpus(cfg)``, build the Qwen3 model, save
+      both to ``base/model/`` (written atomically, so it never looks complete half-written), and record
+      timings, sizes and corpus stats in ``base/base.json``.
+
+    A complete run with the same ``model`` / ``pretrain`` / ``worlds`` config is skipped.
+    """
+    from acl_lib.runs import Run, run_once
+
+    run = Run(cfg, "base", sections=BASE_SECTIONS)
+
+    def step(run) -> None:
+        if cfg.model.base_model:
+            run.write_json("base.json", {"base_model": cfg.model.base_model, "built_here": False})
+            return
+        torch.manual_seed(cfg.seed)
+        t0 = time.perf_counter()
+        corpus, sources = _corpus_and_sources(cfg)
+        t1 = time.perf_counter()
+        tokenizer = train_tokenizer(corpus, cfg.model.vocab_size, model_max_length=cfg.model.max_position_embeddings)
+        t2 = time.perf_counter()
+        model = build_model(cfg.model, tokenizer)
+        t3 = time.perf_counter()
+        with run.atomic_dir("model") as tmp:
+            save(model, tokenizer, tmp)
+        t4 = time.perf_counter()
+        # Token counts straight from the Rust tokenizer (batched; no max-length warnings for long episodes).
+        lengths = [len(e.ids) for e in tokenizer.backend_tokenizer.encode_batch(corpus)]
+        info = {
+            "base_model": base_checkpoint(cfg),
+            "built_here": True,
+            "vocab_size": len(tokenizer),
+            "parameters": count_parameters(model),
+            "corpus_sources": sources,
+            "corpus_docs": len(corpus),
+            "corpus_chars": sum(len(d) for d in corpus),
+            "corpus_tokens": sum(lengths),
+            "corpus_max_doc_tokens": max(lengths),
+            "seconds": {"corpus": t1 - t0, "tokenizer": t2 - t1, "model": t3 - t2, "save": t4 - t3},
+        }
+        run.write_json("base.json", info)
+        run.logger.info("base model: %s", info)
+
+    run_once(run, step)
+    return base_checkpoint(cfg)

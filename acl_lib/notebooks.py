@@ -1,0 +1,236 @@
+"""Notebook plumbing: list the ordered notebooks, execute them with papermill, read back their state,
+strip outputs before commit, and check the suite's notebook conventions.
+
+Conventions (checked by ``check_conventions``, enforced by tests/test_notebooks_conventions.py):
+
+* name ``NN_lower_snake.ipynb``; notebooks run in the order of their two-digit prefix;
+* the first cell is markdown with the exact ``papermill notebooks/NAME.ipynb papermill_runs/...`` command;
+* exactly one code cell tagged ``parameters`` with flat literal ``profile``, ``seed``, ``overrides``;
+  the next code cell resolves ``load_config(profile, overrides, seed=seed)``;
+* committed without outputs or execution counts (``acl nbstrip`` cleans them).
+
+Papermill and nbformat are imported inside the functions that need them, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+NAME_RE = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
+# The kernel notebooks run under: "python3" as found first in this interpreter's own prefix (see
+# _prefer_own_kernels), i.e. the venv's python when `acl run` is the venv's.
+KERNEL_NAME = "python3"
+REQUIRED_PARAMETERS = ("profile", "seed", "overrides")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def list_notebooks(directory: str | Path = "notebooks", only: list[str] | None = None) -> list[Path]:
+    """The suite's notebooks in ``directory``, sorted by their two-digit prefix.
+
+    ``only``: keep notebooks whose prefix is in this list (``"3"`` and ``"03"`` both mean 03). Raises
+    ``ValueError`` for a prefix that matches no notebook, so a typo does not silently run nothing.
+    """
+    directory = Path(directory)
+    notebooks = sorted(p for p in directory.glob("*.ipynb") if NAME_RE.match(p.name))
+    if only is None:
+        return notebooks
+    wanted = {str(o).zfill(2) for o in only}
+    have = {p.name[:2] for p in notebooks}
+    unknown = sorted(wanted - have)
+    if unknown:
+        raise ValueError(f"--only {unknown}: no notebook with that prefix in {directory} (have {sorted(have)})")
+    return [p for p in notebooks if p.name[:2] in wanted]
+
+
+def executed_path(papermill_dir: str | Path, profile: str, seed: int, notebook: str | Path) -> Path:
+    """``<papermill_dir>/<profile>/seed<k>/<notebook name>``: where the executed copy of a notebook goes."""
+    return Path(papermill_dir) / profile / f"seed{seed}" / Path(notebook).name
+
+
+@dataclass
+class NotebookFailed(Exception):
+    """A notebook raised. ``output`` is the executed copy; the rest describes the failing cell."""
+
+    output: Path
+    cell_index: int | None
+    source: str
+    error: str
+
+    def __str__(self) -> str:
+        where = f"cell {self.cell_index}" if self.cell_index is not None else "a cell"
+        src = "\n".join("    " + line for line in self.source.rstrip().splitlines())
+        return f"notebook failed at {where}; executed copy: {self.output}\n--- cell source ---\n{src}\n--- error ---\n{self.error}"
+
+
+def execute(
+    notebook: str | Path,
+    output: str | Path,
+    parameters: dict[str, Any],
+    *,
+    cwd: str | Path | None = None,
+    progress_bar: bool = True,
+    kernel_name: str = KERNEL_NAME,
+) -> Path:
+    """Execute ``notebook`` with papermill into ``output`` (parent dirs created), injecting ``parameters``.
+
+    Raises ``NotebookFailed`` (with the failing cell's source and error) if a cell raises or the kernel dies.
+    """
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    _prefer_own_kernels()
+    try:
+        pm.execute_notebook(
+            str(notebook),
+            str(output),
+            parameters=parameters,
+            kernel_name=kernel_name,
+            progress_bar=progress_bar,
+            cwd=str(cwd) if cwd is not None else None,
+        )
+    except PapermillExecutionError as exc:
+        error = _ANSI.sub("", "\n".join(exc.traceback)) or f"{exc.ename}: {exc.evalue}"
+        raise NotebookFailed(output, exc.cell_index, exc.source, error) from None
+    except Exception as exc:  # a dead kernel, a timeout: no cell-level error object from papermill
+        index, source = _last_started_cell(output)
+        raise NotebookFailed(output, index, source, f"{type(exc).__name__}: {exc}") from None
+    return output
+
+
+def _prefer_own_kernels() -> None:
+    """Put ``<sys.prefix>/share/jupyter`` first on JUPYTER_PATH for this process and its kernels.
+
+    Jupyter searches the user's data dir (~/.local/share/jupyter) before the environment's, so a personal
+    "python3" kernel pointing at another interpreter would otherwise run our notebooks with the wrong python.
+    The venv's own kernelspec starts ``sys.executable`` (make installs it with an absolute path; the default
+    spec's bare "python" is mapped to ``sys.executable`` by jupyter_client).
+    """
+    own = os.path.join(sys.prefix, "share", "jupyter")
+    paths = [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
+    if not paths or paths[0] != own:
+        os.environ["JUPYTER_PATH"] = os.pathsep.join([own] + [p for p in paths if p != own])
+
+
+def _last_started_cell(executed: Path) -> tuple[int | None, str]:
+    try:
+        nb = json.loads(Path(executed).read_text())
+    except (OSError, ValueError):
+        return None, ""
+    last = (None, "")
+    for i, cell in enumerate(nb.get("cells", [])):
+        if cell.get("metadata", {}).get("papermill", {}).get("start_time"):
+            last = (i, _source(cell))
+    return last
+
+
+def notebook_state(executed: str | Path) -> tuple[str, float | None]:
+    """State of an executed copy: ``("done" | "failed" | "incomplete" | "not run", duration in s or None)``.
+
+    Read from papermill's metadata: it writes ``exception`` and ``end_time`` when execution ends, so a copy
+    without ``end_time`` is one whose execution was interrupted (or is still going).
+    """
+    try:
+        meta = json.loads(Path(executed).read_text()).get("metadata", {}).get("papermill", {})
+    except FileNotFoundError:
+        return "not run", None
+    except (OSError, ValueError):
+        return "incomplete", None
+    if meta.get("exception"):
+        return "failed", meta.get("duration")
+    if not meta.get("end_time"):
+        return "incomplete", None
+    return "done", meta.get("duration")
+
+
+def strip_outputs(path: str | Path) -> bool:
+    """Remove outputs, execution counts and papermill run metadata from a notebook in place.
+
+    Keeps sources, cell tags and the kernelspec. Returns True if the file changed.
+    """
+    import nbformat
+
+    path = Path(path)
+    before = path.read_text()
+    nb = nbformat.reads(before, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+        for key in ("papermill", "execution", "collapsed", "scrolled"):
+            cell.metadata.pop(key, None)
+    for key in ("papermill", "widgets"):
+        nb.metadata.pop(key, None)
+    after = nbformat.writes(nb) + "\n"
+    if json.loads(after) != json.loads(before):  # formatting-only differences are left alone
+        path.write_text(after)
+        return True
+    return False
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def check_conventions(path: str | Path) -> list[str]:
+    """Problems with one notebook against the suite's conventions (empty list: conforms)."""
+    path = Path(path)
+    name = path.name
+    problems = []
+    if not NAME_RE.match(name):
+        problems.append(f"name {name!r} does not match {NAME_RE.pattern}")
+    try:
+        nb = json.loads(path.read_text())
+    except ValueError as exc:
+        return problems + [f"not valid JSON: {exc}"]
+    cells = nb.get("cells", [])
+    if not cells:
+        return problems + ["has no cells"]
+
+    first = cells[0]
+    cmd = f"papermill notebooks/{name} papermill_runs/"
+    if first.get("cell_type") != "markdown":
+        problems.append("first cell is not markdown")
+    elif cmd not in _source(first) or "-p profile" not in _source(first):
+        problems.append(f"first markdown cell must give the run command: '{cmd}<profile>/seed<k>/{name} -p profile ...'")
+
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") == "code" and (cell.get("outputs") or cell.get("execution_count") is not None):
+            problems.append(f"cell {i} is committed with outputs or an execution count (run `acl nbstrip`)")
+
+    tagged = [i for i, c in enumerate(cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(tagged) != 1:
+        return problems + [f"needs exactly one cell tagged 'parameters', found {len(tagged)}"]
+    pi = tagged[0]
+    params = cells[pi]
+    if params.get("cell_type") != "code":
+        return problems + ["the 'parameters' cell is not a code cell"]
+    try:
+        tree = ast.parse(_source(params))
+    except SyntaxError as exc:
+        return problems + [f"parameters cell does not parse: {exc}"]
+    assigned = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            problems.append(f"parameters cell line {node.lineno}: only flat `name = literal` assignments belong here")
+            continue
+        try:
+            assigned[node.targets[0].id] = ast.literal_eval(node.value)
+        except ValueError:
+            problems.append(f"parameters cell: {node.targets[0].id} is not a literal (derive it in the next cell)")
+    for p in REQUIRED_PARAMETERS:
+        if p not in assigned:
+            problems.append(f"parameters cell does not define {p}")
+    nxt = next((c for c in cells[pi + 1 :] if c.get("cell_type") == "code"), None)
+    if nxt is None or "load_config(profile, overrides, seed=seed)" not in re.sub(r"\s+", " ", _source(nxt)):
+        problems.append("the code cell after 'parameters' must call load_config(profile, overrides, seed=seed)")
+    return problems

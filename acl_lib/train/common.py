@@ -1,0 +1,208 @@
+"""What the three trainers (pretrain, SFT, GRPO) share: trainer arguments, logging, checkpoints, saving.
+
+- ``trainer_kwargs(cfg, run, ...)``: the ``TrainingArguments`` fields every job sets the same way (CPU-safe
+  precision, no gradient checkpointing, checkpoints under ``run.checkpoint_dir()``, the DeepSpeed config when
+  the job runs under the ``deepspeed`` launcher, logging every step, no external reporters).
+- ``JsonlLogger``: a ``TrainerCallback`` that appends every ``Trainer.log`` record to ``train_log.jsonl`` in the
+  run directory with wall time and throughput; the loss / reward curves are read from there.
+- ``save_final_model``: the end of every job: the trained model and tokenizer written atomically to
+  ``run.path / "model"`` (collective under ZeRO-3, written by the main process only).
+
+Heavy imports (torch, transformers) stay inside functions so importing ``acl_lib.train`` is instant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+# Set by the launcher in every worker process of a multi-process / multi-node job: the DeepSpeed config the
+# trainers pass to ``TrainingArguments(deepspeed=...)``. Unset in-process.
+DS_CONFIG_ENV = "ACL_DEEPSPEED_CONFIG"
+
+TRAIN_LOG = "train_log.jsonl"
+TRAIN_SUMMARY = "train_summary.json"
+
+
+def world_size() -> int:
+    """Number of training processes of this job (``WORLD_SIZE`` set by torchrun / deepspeed / accelerate)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def set_threads(cfg) -> None:
+    """Cap intra-op threads (2 shared CPU cores: oversubscription slows every process down several-fold)."""
+    import torch
+
+    n = max(1, cfg.torch_threads // world_size())
+    torch.set_num_threads(n)
+
+
+def trainer_kwargs(cfg, run, *, max_steps: int, batch_size: int, learning_rate: float,
+                   warmup_steps: int = 0, scheduler: str = "linear", save_steps: int | None = None) -> dict:
+    """Keyword arguments shared by ``TrainingArguments`` / ``SFTConfig`` / ``GRPOConfig``.
+
+    ``batch_size`` is the global number of sequences per optimizer step; it is split evenly over the
+    processes of the job (each process gets ``batch_size // world_size``).
+    """
+    ws = world_size()
+    if batch_size % ws:
+        raise ValueError(f"batch size {batch_size} is not divisible by the {ws} processes of the job")
+    bf16 = cfg.launcher.mixed_precision == "bf16"
+    fp16 = cfg.launcher.mixed_precision == "fp16"
+    kw: dict[str, Any] = dict(
+        output_dir=str(run.checkpoint_dir()),
+        max_steps=max_steps,
+        per_device_train_batch_size=batch_size // ws,
+        gradient_accumulation_steps=1,
+        learning_rate=learning_rate,
+        warmup_steps=warmup_steps,
+        lr_scheduler_type=scheduler,
+        # Set explicitly: GRPOConfig turns checkpointing on and autodetects bf16 (DESIGN.md section 9).
+        # transformers 5.24 renamed gradient_checkpointing; the old name (TRL's default True) mirrors this one.
+        activation_checkpointing=False,
+        bf16=bf16,
+        fp16=fp16,
+        use_cpu=not has_cuda(),
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=save_steps or max(1, max_steps // 4),
+        save_total_limit=2,
+        report_to="none",
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        dataloader_num_workers=0,
+        disable_tqdm=False,
+    )
+    ds_config = os.environ.get(DS_CONFIG_ENV)
+    if ds_config:
+        kw["deepspeed"] = ds_config
+    return kw
+
+
+def last_checkpoint(run) -> str | None:
+    """The newest ``checkpoint-<step>`` folder of the run (a crashed job resumes from it), or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    d = Path(run.checkpoint_dir())
+    return get_last_checkpoint(str(d)) if d.is_dir() else None
+
+
+class _Timer:
+    def __init__(self):
+        self.t0 = time.perf_counter()
+
+    def __call__(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+def make_jsonl_logger(path: Path, tokens_per_step: int | None = None, extra: dict | None = None):
+    """A ``TrainerCallback`` appending each ``Trainer.log`` record to ``path`` (one JSON object per line).
+
+    Every record gets ``step``, ``wall_s`` (seconds since training began) and, when the step's token count is
+    known, ``tokens_per_s``: ``tokens_per_step`` (pretraining / SFT: sequences x tokens) or the GRPO
+    completion tokens of the logged step (``completions/mean_length`` x completions per step), divided by that
+    step's wall-clock seconds (generation + update). Only the main process writes.
+    """
+    from transformers import TrainerCallback
+
+    class JsonlLogger(TrainerCallback):
+        def __init__(self):
+            self.path = Path(path)
+            self.timer = None
+            self.last_t = 0.0
+            self.last_step = 0
+
+        def on_train_begin(self, args, state, control, **kw):
+            self.timer = _Timer()
+            self.last_step = state.global_step
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if not state.is_world_process_zero or not logs:
+                return
+            t = self.timer() if self.timer else 0.0
+            rec = {"step": state.global_step, "wall_s": round(t, 3), **(extra or {})}
+            rec.update({k: (float(v) if isinstance(v, (int, float)) else v) for k, v in logs.items()})
+            dt, dsteps = t - self.last_t, state.global_step - self.last_step
+            if dt > 0 and dsteps > 0:
+                if tokens_per_step:
+                    rec["tokens_per_s"] = tokens_per_step * dsteps / dt
+                elif "completions/mean_length" in logs:
+                    n = args.per_device_train_batch_size * args.world_size
+                    rec["gen_tokens_per_s"] = logs["completions/mean_length"] * n * dsteps / dt
+            self.last_t, self.last_step = t, state.global_step
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+    return JsonlLogger()
+
+
+def read_log(path: Path) -> list[dict]:
+    """The records of a ``train_log.jsonl`` (empty list if absent)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def summarize(log: list[dict], wall_s: float, **extra) -> dict:
+    """``train_summary.json``: first/last loss, steps, wall seconds, mean throughput (from the log records)."""
+    losses = [r["loss"] for r in log if "loss" in r]
+    tps = [r["tokens_per_s"] for r in log if "tokens_per_s" in r]
+    gtps = [r["gen_tokens_per_s"] for r in log if "gen_tokens_per_s" in r]
+    rewards = [r["reward"] for r in log if "reward" in r]
+    out = {
+        "steps": max((r["step"] for r in log), default=0),
+        "wall_s": round(wall_s, 3),
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "tokens_per_s": sum(tps) / len(tps) if tps else None,
+        "gen_tokens_per_s": sum(gtps) / len(gtps) if gtps else None,
+        "first_reward": rewards[0] if rewards else None,
+        "last_reward": rewards[-1] if rewards else None,
+    }
+    out.update(extra)
+    return out
+
+
+def save_final_model(trainer, tokenizer, run, rel: str = "model") -> Path:
+    """Write the trained model + tokenizer to ``run.path / rel`` atomically; returns that path.
+
+    Every process calls this: under ZeRO-3 ``save_model`` gathers the sharded weights (a collective); only the
+    main process writes, through ``run.atomic_dir`` so a crash never leaves a half-written model looking done.
+    """
+    main = trainer.is_world_process_zero()
+    ctx = run.atomic_dir(rel) if main else nullcontext(None)
+    with ctx as tmp:
+        # Non-main ranks only take part in the gather; ``save_model`` writes on the main process only.
+        trainer.save_model(str(tmp) if tmp is not None else str(Path(run.path) / f".{rel}.rank"))
+        if main:
+            tokenizer.save_pretrained(str(tmp))
+            # The generation config carries eos = <|im_end|>: generation must stop where the template ends a turn.
+            gc = trainer.model.generation_config if hasattr(trainer.model, "generation_config") else None
+            if gc is not None:
+                gc.save_pretrained(str(tmp))
+    trainer.accelerator.wait_for_everyone()
+    return Path(run.path) / rel
+
+
+def load_model_and_tokenizer(model_dir: str | Path, cfg=None):
+    """``(model, tokenizer)`` from a saved directory or hub id, in ``cfg.model.dtype``, with the chat
+    conventions the trainers rely on (eos ``<|im_end|>``, left padding, response template)."""
+    from acl_lib.model import load_model_and_tokenizer as load
+
+    return load(model_dir, dtype=cfg.model.dtype if cfg is not None else "float32")

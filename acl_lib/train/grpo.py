@@ -1,0 +1,100 @@
+"""GRPO from an incoming checkpoint with a world's verifiable reward (TRL ``GRPOTrainer``).
+
+    train_grpo(cfg, model_dir, domain, run)          # tasks: env.tasks("train", cfg.worlds.n_train, seed)
+
+Single-turn worlds (math, IF) train on a prompt dataset with ``trl_env.EpisodeReward``; tool worlds (search,
+retail) on multi-turn rollouts by ``trl_env.EpisodeRollout`` + ``trl_env.environment_factory`` (the module
+docstring of ``trl_env`` says why not TRL's own tool loop). Settings come from ``cfg.grpo``:
+``batch_size`` completions per optimizer step (= prompts x ``num_generations``), ``max_completion_length``
+tokens per rollout (policy + observation tokens), ``max_tool_calling_iterations`` + 1 assistant turns.
+
+Writes into the run directory: ``train_log.jsonl`` (per step: reward, reward_std, loss, completion length,
+wall time, generated tokens/s), ``train_summary.json``, checkpoints under ``run.checkpoint_dir()`` (a crashed job
+resumes from the last one), and the final model in ``model/``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from acl_lib.train import common
+
+
+def grpo_args(cfg, run, multi_turn: bool):
+    """The ``trl.GRPOConfig`` of a stage (CPU-safe settings from ``common.trainer_kwargs``)."""
+    from trl import GRPOConfig
+
+    g = cfg.grpo
+    if g.batch_size % g.num_generations:
+        raise ValueError(f"grpo.batch_size ({g.batch_size}) must be a multiple of num_generations ({g.num_generations})")
+    kw = common.trainer_kwargs(cfg, run, max_steps=g.max_steps, batch_size=g.batch_size,
+                               learning_rate=g.learning_rate, scheduler="constant")
+    return GRPOConfig(
+        **kw,
+        num_generations=g.num_generations,
+        max_completion_length=g.max_completion_length,
+        temperature=g.temperature,
+        beta=g.beta,
+        loss_type=g.loss_type,
+        max_tool_calling_iterations=g.max_tool_calling_iterations,
+        use_vllm=g.use_vllm,
+        vllm_mode="colocate",
+        # Rollouts that hit the budget mid-turn carry no reward signal worth learning from.
+        mask_truncated_completions=multi_turn,
+        shuffle_dataset=True,
+        log_completions=False,
+    )
+
+
+def build_trainer(cfg, model_dir, env, tasks, run, *, policy=None, callbacks=()):
+    """A ready ``GRPOTrainer`` for ``tasks`` of ``env`` starting from ``model_dir``.
+
+    ``policy``: override the rollout generator of multi-turn worlds (tests); ignored for single-turn worlds.
+    """
+    from trl import GRPOTrainer
+
+    from acl_lib.train import trl_env
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func / environment_factory are "experimental"
+    model, tok = common.load_model_and_tokenizer(model_dir, cfg)
+    multi = trl_env.is_multi_turn(tasks)
+    args = grpo_args(cfg, run, multi)
+    data = trl_env.grpo_dataset(tasks)
+    if multi:
+        max_turns = cfg.grpo.max_tool_calling_iterations + 1
+        return GRPOTrainer(
+            model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
+            environment_factory=trl_env.environment_factory(env, max_turns),
+            rollout_func=trl_env.EpisodeRollout(policy),
+        )
+    return GRPOTrainer(
+        model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
+        reward_funcs=[trl_env.EpisodeReward(env, tok)],
+    )
+
+
+def train_grpo(cfg, model_dir: str | Path, domain: str, run, env=None, tasks=None) -> Path:
+    """Run GRPO for ``domain`` from ``model_dir``; returns ``run.path / "model"``.
+
+    ``env`` / ``tasks`` default to the domain's world (``cfg.worlds``) and its first ``cfg.worlds.n_train``
+    training tasks; pass them to train on something else (tests, ablations).
+    """
+    from acl_lib.train import trl_env
+
+    common.set_threads(cfg)
+    env = env if env is not None else trl_env.make_env(domain, cfg)
+    tasks = tasks if tasks is not None else env.tasks("train", cfg.worlds.n_train, seed=cfg.seed)
+    log = common.make_jsonl_logger(Path(run.path) / common.TRAIN_LOG, extra={"job": "grpo", "domain": domain})
+    trainer = build_trainer(cfg, model_dir, env, tasks, run, callbacks=[log])
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=common.last_checkpoint(run))
+    wall = time.perf_counter() - t0
+    out = common.save_final_model(trainer, trainer.processing_class, run)
+    if trainer.is_world_process_zero():
+        summary = common.summarize(common.read_log(Path(run.path) / common.TRAIN_LOG), wall, job="grpo",
+                                   domain=domain, tasks=len(tasks), multi_turn=trl_env.is_multi_turn(tasks))
+        run.write_json(common.TRAIN_SUMMARY, summary)
+    return out
+

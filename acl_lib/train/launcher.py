@@ -1,0 +1,190 @@
+"""Run a training job in-process, as several processes under DeepSpeed, or on several nodes.
+
+    launch(cfg, "sft", run, model_dir=..., dataset=...)      # the same call in a notebook at every scale
+
+``cfg.launcher.mode`` picks how:
+
+* ``in_process``: call the job function here (notebooks on CPU; the default).
+* ``multi_process``: ``deepspeed --num_accelerators <num_processes> --module acl_lib.train.entry ...`` on this
+  machine, every worker under the DeepSpeed ZeRO config of ``cfg.launcher.zero_stage`` (on a machine without
+  GPUs, DeepSpeed's CPU accelerator: ``DS_ACCELERATOR=cpu``, gloo/ccl collectives). Blocks until the job ends;
+  its output goes to ``<run>/launch/job.log``.
+* ``multi_node``: writes ``<run>/launch/deepspeed.sh`` (hostfile-based ``deepspeed --hostfile ... --num_nodes
+  --num_gpus``) and ``<run>/launch/slurm.sbatch`` (one ``srun`` task per node running ``accelerate launch`` with
+  the node's machine rank and the first node's address from ``scontrol``), then runs the first it can:
+  the hostfile script if ``cfg.launcher.hostfile`` exists, else ``sbatch --wait`` if Slurm is there. Neither:
+  it raises, naming the scripts to run by hand.
+
+Job arguments must be JSON-serialisable (paths, names, lists of strings): workers read them from
+``<run>/launch/job.json`` with the resolved config, and rebuild the run handle with the same directory and
+config hash (so ``checkpoints/`` stays valid for the run store).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from acl_lib.train.common import DS_CONFIG_ENV
+
+CONFIG_DIR = Path(__file__).parent / "deepspeed_configs"
+LAUNCH_DIR = "launch"
+
+
+def job_function(job: str):
+    """The library function of a job name: ``pretrain``, ``sft``, ``grpo``."""
+    if job == "pretrain":
+        from acl_lib.train.pretrain import train_pretrain
+
+        return train_pretrain
+    if job == "sft":
+        from acl_lib.train.sft import train_sft
+
+        return train_sft
+    if job == "grpo":
+        from acl_lib.train.grpo import train_grpo
+
+        return train_grpo
+    raise ValueError(f"unknown job '{job}'; jobs are pretrain, sft, grpo")
+
+
+def deepspeed_config(cfg) -> Path:
+    """The shipped ZeRO config file for ``cfg.launcher`` (stage 3 -> ZeRO-3 bf16; otherwise ZeRO-2)."""
+    return CONFIG_DIR / ("zero3_bf16.json" if cfg.launcher.zero_stage == 3 else "zero2_cpu.json")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_job(cfg, job: str, run, job_args: dict) -> Path:
+    """``<run>/launch/job.json``: what a worker needs to rebuild the call (config, job, args, run identity)."""
+    d = Path(run.path) / LAUNCH_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    run.checkpoint_dir()  # records the run's config hash beside the checkpoints before workers write any
+    spec = {"job": job, "args": job_args, "run_name": run.name, "config_hash": run.config_hash,
+            "config": cfg.to_dict()}
+    path = d / "job.json"
+    path.write_text(json.dumps(spec, indent=2))
+    return path
+
+
+def entry_args(job_file: Path) -> list[str]:
+    return ["--module", "acl_lib.train.entry", "--job-file", str(job_file)]
+
+
+def deepspeed_local_command(cfg, job_file: Path, port: int | None = None) -> list[str]:
+    """``deepspeed`` on this machine with ``cfg.launcher.num_processes`` workers."""
+    exe = shutil.which("deepspeed") or str(Path(sys.executable).parent / "deepspeed")
+    return [exe, "--num_accelerators", str(cfg.launcher.num_processes), "--master_port", str(port or _free_port()),
+            "--no_local_rank", *entry_args(job_file)]
+
+
+def worker_env(cfg, ds_config: Path) -> dict:
+    """Environment of the launched workers: the DeepSpeed config, CPU accelerator without GPUs, thread caps."""
+    env = dict(os.environ)
+    env[DS_CONFIG_ENV] = str(ds_config)
+    has_gpu = shutil.which("nvidia-smi") is not None and cfg.launcher.mixed_precision != "no"
+    if not has_gpu:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    if not has_gpu:
+        env["DS_ACCELERATOR"] = "cpu"
+    threads = max(1, cfg.torch_threads // cfg.launcher.num_processes)
+    env.setdefault("OMP_NUM_THREADS", str(threads))
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    env["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    # Workers import acl_lib from this checkout even when it is not pip-installed.
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def multi_node_scripts(cfg, job_file: Path, run) -> dict[str, Path]:
+    """Write the hostfile ``deepspeed`` script and the Slurm batch script into ``<run>/launch/``."""
+    L = cfg.launcher
+    d = Path(run.path) / LAUNCH_DIR
+    ds_config = deepspeed_config(cfg)
+    hostfile = Path(L.hostfile).resolve() if L.hostfile else d / "hostfile"
+    root = Path(__file__).resolve().parents[2]
+    exports = (f"export {DS_CONFIG_ENV}={shlex.quote(str(ds_config))}\n"
+               f"export PYTHONPATH={shlex.quote(str(root))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+               "export TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false\n")
+    ds_cmd = ["deepspeed", "--hostfile", str(hostfile), "--num_nodes", str(L.num_nodes), "--num_gpus",
+              str(L.num_processes), "--master_port", "29500", "--no_local_rank", *entry_args(job_file)]
+    ds = d / "deepspeed.sh"
+    ds.write_text("#!/bin/bash\n# Hostfile launch: 'node-1 slots=8' per line; deepspeed reaches the nodes by ssh.\n"
+                  f"set -euo pipefail\ncd {shlex.quote(str(root))}\n{exports}"
+                  + " ".join(shlex.quote(a) for a in ds_cmd) + "\n")
+    acc_cfg = d / "accelerate.yaml"
+    acc_cfg.write_text(
+        "# accelerate + DeepSpeed plugin; machine rank and main process address are passed per node by srun.\n"
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
+        f"deepspeed_config:\n  deepspeed_config_file: {ds_config}\n  deepspeed_multinode_launcher: standard\n"
+        f"num_machines: {L.num_nodes}\nnum_processes: {L.num_nodes * L.num_processes}\n"
+        "main_training_function: main\nrdzv_backend: static\nsame_network: true\nuse_cpu: false\n")
+    partition = f"#SBATCH --partition={L.slurm_partition}\n" if L.slurm_partition else ""
+    sb = d / "slurm.sbatch"
+    sb.write_text(
+        "#!/bin/bash\n"
+        f"#SBATCH --job-name=acl-{run.name.replace('/', '-')}\n"
+        f"#SBATCH --nodes={L.num_nodes}\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node={L.num_processes}\n"
+        f"#SBATCH --time={L.slurm_time}\n{partition}"
+        f"#SBATCH --output={d}/slurm-%j.out\n"
+        f"set -euo pipefail\ncd {shlex.quote(str(root))}\n{exports}"
+        'MAIN_IP=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+        "srun bash -c 'accelerate launch "
+        f"--config_file {shlex.quote(str(acc_cfg))} --machine_rank $SLURM_NODEID "
+        "--main_process_ip '\"$MAIN_IP\"' --main_process_port 29500 "
+        f"--module acl_lib.train.entry --job-file {shlex.quote(str(job_file))}'\n")
+    return {"deepspeed": ds, "slurm": sb, "accelerate_config": acc_cfg}
+
+
+def _run_logged(cmd: list[str], env: dict, log: Path) -> None:
+    with log.open("w") as f:
+        f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
+        f.flush()
+        proc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-40:])
+        raise RuntimeError(f"training job failed (exit {proc.returncode}); last lines of {log}:\n{tail}")
+
+
+def launch(cfg, job: str, run, **job_args):
+    """Run ``job`` (``pretrain`` / ``sft`` / ``grpo``) for ``run`` as ``cfg.launcher.mode`` says.
+
+    Returns what the job returns in-process; for launched jobs, ``run.path / "model"`` once it exists.
+    """
+    mode = cfg.launcher.mode
+    fn = job_function(job)  # fail on a bad job name before anything is written
+    if mode == "in_process":
+        return fn(cfg, run=run, **job_args)
+    job_file = write_job(cfg, job, run, job_args)
+    log = Path(run.path) / LAUNCH_DIR / "job.log"
+    if mode == "multi_process":
+        env = worker_env(cfg, deepspeed_config(cfg))
+        _run_logged(deepspeed_local_command(cfg, job_file), env, log)
+    else:
+        scripts = multi_node_scripts(cfg, job_file, run)
+        if cfg.launcher.hostfile and Path(cfg.launcher.hostfile).exists():
+            _run_logged(["bash", str(scripts["deepspeed"])], dict(os.environ), log)
+        elif shutil.which("sbatch"):
+            _run_logged(["sbatch", "--wait", str(scripts["slurm"])], dict(os.environ), log)
+        else:
+            raise RuntimeError(
+                f"multi_node launch: no hostfile at '{cfg.launcher.hostfile}' and no Slurm here. Run "
+                f"{scripts['slurm']} (sbatch) or {scripts['deepspeed']} on the cluster, then re-run this step."
+            )
+    model = Path(run.path) / "model"
+    if not model.exists():
+        raise RuntimeError(f"launched job finished but wrote no model at {model}; see {log}")
+    return model

@@ -1,0 +1,132 @@
+"""Rejection-sampled SFT cold start (TRL ``SFTTrainer``, loss on assistant tokens only).
+
+    rows, stats = collect_demos(env, policy, tasks, max_turns=8)   # policy(task, messages) -> raw turn text
+    train_sft(cfg, model_dir, rows, run)
+
+``collect_demos`` drives one episode per task with a teacher policy (the world's ``scripted_expert`` at mini
+scale; any callable ``(task, messages) -> text``) and keeps a trajectory only if it scored reward 1.0 with no
+protocol error (malformed / unknown / badly-argued tool calls). Kept episodes become chat rows for
+``SFTTrainer``: ``messages`` as the episode keeps them (assistant ``tool_calls`` with JSON-string
+``arguments``, ``tool`` results, simulated-user turns) and ``tools`` as a JSON string. Both are strings on
+purpose: Arrow merges dict columns across rows into one struct, so a dict-valued row would render with the
+other rows' keys as nulls (DESIGN.md section 9).
+
+``train_sft`` trains with ``assistant_only_loss=True``: the chat template's ``{% generation %}`` spans (the
+assistant's text, tool calls and closing ``<|im_end|>``) carry the loss; system, user, simulated-user and tool
+tokens do not. Settings from ``cfg.sft``: ``max_steps``, ``batch_size`` (conversations per optimizer step, all
+processes together), ``learning_rate``, ``max_length`` (tokens; longer conversations are truncated).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+from acl_lib.envs.base import Environment, Task
+from acl_lib.train import common
+
+TeacherPolicy = Callable[[Task, list[dict]], str]
+
+
+def episode_row(messages: list[dict], tools: list[dict]) -> dict:
+    """One SFT row from an episode's messages: only the keys the chat template reads, strings throughout."""
+    out = []
+    for m in messages:
+        msg = {"role": m["role"], "content": m.get("content") or ""}
+        if m.get("tool_calls"):
+            msg["tool_calls"] = [
+                {"type": "function", "function": {
+                    "name": c["function"]["name"],
+                    "arguments": a if isinstance(a := c["function"]["arguments"], str) else json.dumps(a)}}
+                for c in m["tool_calls"]
+            ]
+        if m["role"] == "tool":
+            msg["name"] = m.get("name") or ""
+        out.append(msg)
+    return {"messages": out, "tools": json.dumps(tools)}
+
+
+def collect_demos(env: Environment, policy: TeacherPolicy, tasks: list[Task], max_turns: int = 16,
+                  num_demos: int | None = None) -> tuple[list[dict], dict]:
+    """Rejection sampling: one teacher episode per task, kept if reward == 1.0 and no protocol error.
+
+    Stops after ``num_demos`` kept rows (all tasks when None). Returns ``(rows, stats)``; ``stats`` counts
+    episodes tried / kept and the failure reasons of the rejected ones.
+    """
+    rows, reasons = [], Counter()
+    tried = 0
+    for task in tasks:
+        if num_demos is not None and len(rows) >= num_demos:
+            break
+        tried += 1
+        ep = env.start(task, max_turns=max_turns)
+        while not ep.done:
+            ep.step(policy(task, ep.messages))
+        r = ep.reward()
+        if r < 1.0:
+            reasons[ep.failure or "reward below 1"] += 1
+        elif ep.protocol_errors:
+            reasons["protocol error: " + ep.protocol_errors[0]] += 1
+        else:
+            rows.append(episode_row(ep.messages, task.tools))
+    stats = {"tried": tried, "kept": len(rows), "acceptance": len(rows) / tried if tried else 0.0,
+             "rejected": dict(reasons.most_common())}
+    return rows, stats
+
+
+def write_rows(rows: list[dict], path: Path) -> Path:
+    """Save SFT rows as jsonl (the form multi-process jobs read them back in)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def read_rows(dataset: list[dict] | str | Path) -> list[dict]:
+    if isinstance(dataset, (str, Path)):
+        return [json.loads(line) for line in Path(dataset).read_text().splitlines() if line.strip()]
+    return list(dataset)
+
+
+def sft_args(cfg, run):
+    from trl import SFTConfig
+
+    s = cfg.sft
+    kw = common.trainer_kwargs(cfg, run, max_steps=s.max_steps, batch_size=s.batch_size,
+                               learning_rate=s.learning_rate, scheduler="cosine")
+    return SFTConfig(**kw, assistant_only_loss=True, max_length=s.max_length, packing=False,
+                     dataset_num_proc=None)
+
+
+def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, run) -> Path:
+    """SFT the model in ``model_dir`` on chat rows (a list, or a jsonl path); returns ``run.path / "model"``.
+
+    Writes ``train_log.jsonl``, ``train_summary.json``, ``checkpoints/`` (resumed from) and ``model/``.
+    """
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    common.set_threads(cfg)
+    rows = read_rows(dataset)
+    if not rows:
+        raise ValueError("no SFT rows: rejection sampling kept nothing")
+    model, tok = common.load_model_and_tokenizer(model_dir, cfg)
+    log = common.make_jsonl_logger(Path(run.path) / common.TRAIN_LOG, extra={"job": "sft"})
+    trainer = SFTTrainer(model=model, args=sft_args(cfg, run), train_dataset=Dataset.from_list(rows),
+                         processing_class=tok, callbacks=[log])
+    n_tokens = sum(len(x) for x in trainer.train_dataset["input_ids"])
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=common.last_checkpoint(run))
+    wall = time.perf_counter() - t0
+    out = common.save_final_model(trainer, tok, run)
+    if trainer.is_world_process_zero():
+        summary = common.summarize(common.read_log(Path(run.path) / common.TRAIN_LOG), wall, job="sft",
+                                   rows=len(rows), dataset_tokens=n_tokens)
+        if summary["steps"] and wall > 0:  # conversations are not packed: count the tokens actually seen
+            per_row = n_tokens / len(rows)
+            summary["tokens_per_s"] = summary["steps"] * cfg.sft.batch_size * per_row / wall
+        run.write_json(common.TRAIN_SUMMARY, summary)
+    return out

@@ -1,0 +1,363 @@
+"""Adapters between our ``Environment`` / ``Episode`` and TRL's ``GRPOTrainer``.
+
+Which TRL mechanism each kind of world uses, and why:
+
+* Single-turn worlds (math, IF): a plain GRPO dataset (``prompt`` = the task's chat messages, ``task`` = the
+  task as a JSON string) and ``EpisodeReward``, a reward function that decodes each completion's raw token
+  ids, rebuilds the ``Task`` from the ``task`` column and scores ``env.start(task).step(text).reward()``.
+  Scoring raw ids (not TRL's parsed message) means the reward sees exactly the text the evaluator sees.
+
+* Multi-turn tool worlds (search, retail, and the OOD desks): ``rollout_func`` (``EpisodeRollout``) plus an
+  ``environment_factory`` whose environments (``EpisodeEnv``) expose no tools. We do not use TRL's own tool
+  loop (``tools=`` / tool methods on the environment) because:
+    1. retail's simulated customer answers an assistant turn *without* tool calls with a ``user`` message and
+       the conversation goes on; TRL's loop ends a rollout at the first turn without tool calls and can only
+       insert ``tool`` messages;
+    2. TRL parses each turn with the tokenizer's response template and silently turns a malformed call into
+       plain content (DESIGN.md section 9); our ``Episode`` must see the raw turn to record the protocol error
+       that the reward and the failure statistics count;
+    3. TRL builds tool schemas from Python signatures and docstrings, while our tasks carry their OpenAI
+       schemas (``Task.tools``), rendered exactly as the evaluator renders them; retail has 15 per task.
+  ``environment_factory`` is still TRL's: it hands each rollout its own ``EpisodeEnv`` and calls
+  ``reset(**row)`` with the dataset row (that is how the rollout learns each prompt's ``Task``; ``rollout_func``
+  itself only receives the prompts), and ``get_reward()`` is TRL's per-rollout reward source.
+  ``EpisodeRollout`` then drives every episode: the policy writes a turn, the episode answers, the answer is
+  appended as template-rendered tokens with ``env_mask`` 0 (TRL turns ``env_mask`` into ``tool_mask`` and
+  trains on ``completion_mask * tool_mask``), and the policy's own tokens carry ``env_mask`` 1.
+
+The token bookkeeping lives in ``rollout_episodes`` (pure: a policy in, ids and masks out), so a test can drive
+real episodes with the scripted expert through the very code the trainer runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from acl_lib.envs.base import Environment, Episode, Task
+
+# Training stage (``config.DOMAINS``) -> environment module under ``acl_lib/envs/``.
+DOMAIN_MODULES = {"math": "math", "search": "search", "ecom": "retail", "if": "instruct"}
+
+
+def env_module(domain: str):
+    """The environment module of a stage or environment name (``ecom`` -> ``acl_lib.envs.retail``)."""
+    import importlib
+
+    return importlib.import_module(f"acl_lib.envs.{DOMAIN_MODULES.get(domain, domain)}")
+
+
+def make_env(domain: str, cfg) -> Environment:
+    """The world of ``domain`` built from ``cfg.worlds`` and ``cfg.seed`` (the module's one Environment class)."""
+    mod = env_module(domain)
+    classes = [c for c in vars(mod).values()
+               if isinstance(c, type) and issubclass(c, Environment) and c.__module__ == mod.__name__]
+    if len(classes) != 1:
+        raise LookupError(f"{mod.__name__} should define exactly one Environment subclass, found {classes}")
+    return classes[0](cfg.worlds, seed=cfg.seed)
+
+
+# --- datasets ----------------------------------------------------------------------------------------
+
+
+def task_row(task: Task) -> dict:
+    """One GRPO dataset row: the prompt messages and the task as a JSON string.
+
+    The task is a string column on purpose: Arrow would merge the ``answer`` / ``tools`` dicts of all rows
+    into one struct and hand every row the other rows' keys as nulls (DESIGN.md section 9).
+    """
+    return {"prompt": task.initial_messages(), "task": json.dumps(task.to_dict())}
+
+
+def grpo_dataset(tasks: list[Task]):
+    """A ``datasets.Dataset`` of ``task_row`` s."""
+    from datasets import Dataset
+
+    return Dataset.from_list([task_row(t) for t in tasks])
+
+
+def task_from_column(value: str | dict) -> Task:
+    return Task.from_dict(json.loads(value) if isinstance(value, str) else value)
+
+
+def is_multi_turn(tasks: list[Task]) -> bool:
+    """Tool worlds are multi-turn; a task without tools is answered in one turn."""
+    return any(t.tools for t in tasks)
+
+
+# --- single-turn reward ------------------------------------------------------------------------------
+
+
+class EpisodeReward:
+    """GRPO reward function for single-turn worlds: the environment's verifier on the raw completion.
+
+    Called by TRL as ``reward(prompts=..., completions=..., completion_ids=..., task=[...], ...)``; returns one
+    float in [0, 1] per completion. Failure reasons go to TRL's completion table via ``log_extra``.
+    """
+
+    def __init__(self, env: Environment, tokenizer, max_turns: int = 1):
+        self.env = env
+        self.tokenizer = tokenizer
+        self.max_turns = max_turns
+        self.__name__ = f"{env.name}_reward"  # TRL names the logged reward column after it
+
+    def __call__(self, prompts, completions, completion_ids, task, log_extra=None, **kwargs) -> list[float]:
+        texts = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        rewards, failures = [], []
+        for text, t in zip(texts, task, strict=True):
+            ep = self.env.start(task_from_column(t), max_turns=self.max_turns)
+            ep.step(text)
+            rewards.append(ep.reward())
+            failures.append(ep.failure or "")
+        if log_extra is not None:
+            log_extra("failure", failures)
+        return rewards
+
+
+# --- multi-turn rollouts -----------------------------------------------------------------------------
+
+
+class EpisodeEnv:
+    """TRL ``environment_factory`` environment holding one of our episodes.
+
+    Only ``reset`` and ``get_reward`` are public: TRL would expose any other public method as a tool, and this
+    environment's tools are run by the episode itself (see the module docstring).
+    """
+
+    def __init__(self, env: Environment, max_turns: int):
+        self._env = env
+        self._max_turns = max_turns
+        self.episode: Episode | None = None
+
+    def reset(self, task: str | dict, **row) -> None:
+        """Start a fresh episode for the dataset row's task. Returns None: the prompt stays as in the row."""
+        self.episode = self._env.start(task_from_column(task), max_turns=self._max_turns)
+        return None
+
+    def get_reward(self) -> float:
+        """The finished episode's verifiable reward in [0, 1] (0 when no episode ran)."""
+        return self.episode.reward() if self.episode is not None else 0.0
+
+
+def environment_factory(env: Environment, max_turns: int) -> Callable[[], EpisodeEnv]:
+    """The zero-argument factory TRL calls once per concurrent rollout."""
+
+    def make() -> EpisodeEnv:
+        return EpisodeEnv(env, max_turns)
+
+    return make
+
+
+@dataclass
+class Request:
+    """One generation request: the full context ids of an episode and how many new tokens it may take."""
+
+    ids: list[int]
+    episode: Episode
+    max_new_tokens: int
+
+
+# A policy turns requests into generated ids: one list per request, ending with eos unless cut off, plus the
+# per-token log-probabilities of the sampled tokens when the backend reports them (vLLM), else None.
+Policy = Callable[[list[Request]], tuple[list[list[int]], list[list[float]] | None]]
+
+
+@dataclass
+class Rollout:
+    """The token-level record of one multi-turn episode (what GRPO trains on).
+
+    ``completion_ids`` interleaves the policy's turns with the rendered observations; ``env_mask`` (same length)
+    is 1 on policy tokens and 0 on observation tokens (tool responses, simulated-user turns, the template's
+    turn markup between them). ``logprobs`` follows ``completion_ids`` (0.0 on observations) or is None.
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = None
+    turns: list[str] = field(default_factory=list)  # raw text of each policy turn
+    truncated: bool = False
+
+
+def prompt_ids_for(tokenizer, episode: Episode) -> list[int]:
+    """The generation prompt of an episode, rendered with its task's tool schemas (as the evaluator does)."""
+    return list(
+        tokenizer.apply_chat_template(
+            episode.messages, tools=episode.task.tools or None, add_generation_prompt=True, tokenize=True,
+            return_dict=False,
+        )
+    )
+
+
+def observation_ids(tokenizer, observations: list[dict], tools: list[dict] | None = None) -> list[int]:
+    """Token ids the chat template renders for ``observations`` after an assistant turn that ended with eos.
+
+    Rendered as the difference between a short conversation ending in an assistant turn and the same
+    conversation plus the observations and the next generation prompt, cut at the assistant turn's eos, so
+    the ids continue exactly the tokens the policy generated (the policy's own eos included).
+    """
+    head = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    # The dummy head must end with the same kind of turn the observations answer: tool results follow a call.
+    if any(m["role"] == "tool" for m in observations):
+        head[1] = {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": observations[0].get("name", "tool"), "arguments": "{}"}}]}
+    render = lambda msgs, gen: list(  # noqa: E731
+        tokenizer.apply_chat_template(msgs, add_generation_prompt=gen, tokenize=True, return_dict=False)
+    )
+    prefix, full = render(head, False), render(head + observations, True)
+    eos = tokenizer.eos_token_id
+    cut = max(i for i, t in enumerate(prefix) if t == eos) + 1
+    if full[:cut] != prefix[:cut]:
+        raise ValueError("chat template is not prefix-preserving: observations re-render the assistant turn")
+    return full[cut:]
+
+
+def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_completion_length: int) -> list[Rollout]:
+    """Drive ``episodes`` to the end with ``policy``; returns one ``Rollout`` per episode, in order.
+
+    All unfinished episodes generate together, one turn per round. A policy turn is decoded without special
+    tokens (``<|im_end|>`` ends the turn, it is not text) and fed raw to ``episode.step``. An episode stops when
+    it is done, when a turn is cut off at the completion budget (``max_completion_length`` tokens counting
+    policy and observation tokens, as TRL counts them), or when the next observation would not fit.
+    """
+    eos = tokenizer.eos_token_id
+    rolls = [Rollout(prompt_ids=prompt_ids_for(tokenizer, ep)) for ep in episodes]
+    active = [i for i, ep in enumerate(episodes) if not ep.done]
+    while active:
+        reqs = [
+            Request(rolls[i].prompt_ids + rolls[i].completion_ids, episodes[i],
+                    max_completion_length - len(rolls[i].completion_ids))
+            for i in active
+        ]
+        outs, lps = policy(reqs)
+        still = []
+        for k, i in enumerate(active):
+            r, ep = rolls[i], episodes[i]
+            ids = list(outs[k])[: reqs[k].max_new_tokens]
+            if eos in ids:  # keep the eos: the model learns to end its turn
+                ids = ids[: ids.index(eos) + 1]
+            r.completion_ids += ids
+            r.env_mask += [1] * len(ids)
+            if lps is not None:
+                r.logprobs = (r.logprobs or []) + list(lps[k][: len(ids)])
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            r.turns.append(text)
+            if not ids or ids[-1] != eos:  # cut off at the budget: the turn is incomplete
+                r.truncated = True
+                ep.end(f"completion budget ({max_completion_length} tokens) exhausted")
+                continue
+            obs = ep.step(text)
+            if ep.done:
+                continue
+            obs_ids = observation_ids(tokenizer, obs) if obs else []
+            if not obs_ids or len(r.completion_ids) + len(obs_ids) >= max_completion_length:
+                ep.end(f"completion budget ({max_completion_length} tokens) exhausted")
+                continue
+            r.completion_ids += obs_ids
+            r.env_mask += [0] * len(obs_ids)
+            if r.logprobs is not None:
+                r.logprobs += [0.0] * len(obs_ids)
+            still.append(i)
+        active = still
+    return rolls
+
+
+def hf_policy(trainer) -> Policy:
+    """A ``Policy`` sampling from the trainer's model with ``model.generate`` (CPU / no vLLM).
+
+    Uses the trainer's generation config (temperature, top-p/k, eos = ``<|im_end|>``); sequences are
+    left-padded into one batch per turn. Call inside ``unwrap_model_for_generation`` (``EpisodeRollout`` does).
+    """
+    import torch
+
+    tok = trainer.processing_class
+    pad = tok.pad_token_id
+
+    def policy(reqs: list[Request]):
+        model = trainer._acl_gen_model  # set by EpisodeRollout for the duration of one rollout call
+        device = next(model.parameters()).device
+        width = max(len(r.ids) for r in reqs)
+        ids = torch.full((len(reqs), width), pad, dtype=torch.long)
+        att = torch.zeros((len(reqs), width), dtype=torch.long)
+        for k, r in enumerate(reqs):
+            ids[k, width - len(r.ids):] = torch.tensor(r.ids)
+            att[k, width - len(r.ids):] = 1
+        gc = trainer.generation_config
+        with torch.no_grad():
+            out = model.generate(input_ids=ids.to(device), attention_mask=att.to(device), generation_config=gc,
+                                 max_new_tokens=max(r.max_new_tokens for r in reqs))
+        return [row.tolist() for row in out[:, width:].cpu()], None
+
+    return policy
+
+
+def vllm_policy(trainer) -> Policy:
+    """A ``Policy`` on TRL's vLLM backend (``use_vllm=True``, paper profile); returns sampled-token logprobs."""
+
+    def policy(reqs: list[Request]):
+        _, completion_ids, logprobs, _ = trainer.vllm_generation.generate(
+            prompts=[r.ids for r in reqs], images=None, num_generations=1
+        )
+        return completion_ids, [[lp[0] for lp in seq] for seq in logprobs]
+
+    return policy
+
+
+class EpisodeRollout:
+    """TRL ``rollout_func`` for multi-turn worlds: ``rollout(prompts, trainer) -> dict``.
+
+    The prompts TRL passes are ignored beyond their count: the episodes that ``EpisodeEnv.reset`` started from
+    the same dataset rows (``trainer.environments``, one per prompt, in order) carry the task and render the
+    prompt themselves. Returns ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask`` and per-rollout
+    ``turns`` / ``episode_failure`` (forwarded by TRL to the reward functions and logs).
+
+    ``policy``: override the generator (a test drives real episodes with the scripted expert through the
+    trainer this way); default: vLLM when the trainer uses it, else ``model.generate``.
+    """
+
+    def __init__(self, policy: Policy | None = None):
+        self.policy = policy
+        self.__name__ = "episode_rollout"
+
+    def __call__(self, prompts: list, trainer) -> dict[str, Any]:
+        from trl.models import unwrap_model_for_generation
+
+        envs = trainer.environments
+        if envs is None or len(envs) != len(prompts):
+            raise RuntimeError("EpisodeRollout needs environment_factory=trl_env.environment_factory(...)")
+        episodes = [e.episode for e in envs]
+        tok = trainer.processing_class
+        max_len = trainer.max_completion_length
+        if self.policy is not None:
+            rolls = rollout_episodes(episodes, self.policy, tok, max_len)
+        elif trainer.use_vllm:
+            rolls = rollout_episodes(episodes, vllm_policy(trainer), tok, max_len)
+        else:
+            # One unwrap for the whole multi-turn rollout: under ZeRO-3 the gather is a collective, so every
+            # process enters and leaves it once whatever number of turns its own episodes take.
+            with unwrap_model_for_generation(
+                trainer.model_wrapped, trainer.accelerator,
+                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+                generation_kwargs=getattr(trainer, "generation_kwargs", None),
+            ) as model:
+                trainer._acl_gen_model = model
+                try:
+                    rolls = rollout_episodes(episodes, hf_policy(trainer), tok, max_len)
+                finally:
+                    trainer._acl_gen_model = None
+        for r in rolls:  # every completion needs >= 1 token for TRL's bookkeeping
+            if not r.completion_ids:
+                r.completion_ids, r.env_mask = [tok.eos_token_id], [1]
+                if r.logprobs is not None:
+                    r.logprobs = [0.0]
+        logprobs = [r.logprobs for r in rolls]
+        return {
+            "prompt_ids": [r.prompt_ids for r in rolls],
+            "completion_ids": [r.completion_ids for r in rolls],
+            "logprobs": logprobs if all(lp is not None for lp in logprobs) else None,
+            "env_mask": [r.env_mask for r in rolls],
+            "turns": [len(r.turns) for r in rolls],
+            # reward() first: it is what sets ``failure`` (get_reward calls it again; it is idempotent).
+            "episode_failure": [(ep.reward(), ep.failure or "")[1] for ep in episodes],
+        }

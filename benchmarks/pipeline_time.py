@@ -1,0 +1,65 @@
+"""Wall time of the pipeline notebooks, per notebook, from a clean output dir (the issue's budgets).
+
+    python benchmarks/pipeline_time.py --profile smoke            # budget: 3 minutes
+    python benchmarks/pipeline_time.py --profile mini             # budget: 45 minutes (base..oracles)
+
+It runs ``acl run --profile P --seeds 0`` into a fresh temporary outputs/papermill dir (or ``--keep DIR``),
+then reads each executed notebook's papermill duration and each run's metrics.json, and prints a
+markdown table. Budgets are measured here, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BUDGET_S = {"smoke": 180, "mini": 45 * 60}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="smoke")
+    ap.add_argument("--only", nargs="*", default=None, help="notebook prefixes (default: all)")
+    ap.add_argument("--keep", default=None, help="directory for outputs/ and papermill_runs/ (default: a tmp dir)")
+    ap.add_argument("--set", nargs="*", default=[], help="config overrides")
+    args = ap.parse_args()
+
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix=f"acl-bench-{args.profile}-"))
+    out, pm = root / "outputs", root / "papermill_runs"
+    cmd = [sys.executable, "-m", "acl_lib.cli", "run", "--profile", args.profile, "--seeds", "0",
+           "--output-dir", str(out), "--papermill-dir", str(pm)]
+    if args.only:
+        cmd += ["--only", *args.only]
+    if args.set:
+        cmd += ["--set", *args.set]
+    t0 = time.perf_counter()
+    rc = subprocess.call(cmd)
+    total = time.perf_counter() - t0
+
+    rows = []
+    for nb in sorted((pm / args.profile / "seed0").glob("*.ipynb")):
+        meta = json.loads(nb.read_text()).get("metadata", {}).get("papermill", {})
+        rows.append((nb.name, meta.get("duration"), meta.get("exception")))
+    print(f"\n| notebook | seconds | status |\n|---|---:|---|")
+    for name, dur, exc in rows:
+        print(f"| {name} | {dur or 0:.1f} | {'failed' if exc else 'ok'} |")
+    budget = BUDGET_S.get(args.profile)
+    print(f"| **total (acl run)** | **{total:.1f}** | budget {budget} s: {'within' if budget and total <= budget else 'OVER'} |")
+    seed_dir = out / args.profile / "seed0"
+    scores = {p.parent.name: json.loads(p.read_text())["scores"] for p in sorted(seed_dir.glob("*/metrics.json"))}
+    if scores:
+        benches = list(next(iter(scores.values())))
+        print("\n| run | " + " | ".join(benches) + " |\n|---|" + "---:|" * len(benches))
+        for run, s in scores.items():
+            print(f"| {run} | " + " | ".join(f"{s.get(b, float('nan')):.1f}" for b in benches) + " |")
+    print(f"\noutputs in {root}")
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""Config: profiles load and validate; overrides are typed; mistakes fail early and name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from acl_lib.config import DOMAINS, Config, ConfigError, available_profiles, load_config, parse_override
+
+
+def test_every_profile_loads_and_keeps_its_name():
+    assert {"smoke", "mini", "paper"} <= set(available_profiles())
+    for name in available_profiles():
+        cfg = load_config(name)
+        assert isinstance(cfg, Config) and cfg.profile == name
+
+
+def test_profiles_only_change_values():
+    smoke, paper = load_config("smoke"), load_config("paper")
+    assert smoke.model.hidden_size < load_config("mini").model.hidden_size
+    assert paper.model.base_model == "Qwen/Qwen3-8B-Base" and not paper.pretrain.enabled
+    assert paper.launcher.mode == "multi_node" and paper.eval.backend == "vllm"
+    assert smoke.to_dict().keys() == paper.to_dict().keys()
+
+
+def test_overrides_are_parsed_as_yaml_and_validated():
+    cfg = load_config("smoke", ["eval.k=4", "pipeline.curriculum=[if,math,search,ecom]", "model.base_model=Qwen/Qwen3-8B-Base",
+                                "pipeline.cold_start={math: true, search: false}", "grpo.learning_rate=2e-5"], seed=3)
+    assert cfg.eval.k == 4 and cfg.seed == 3
+    assert cfg.pipeline.curriculum == ["if", "math", "search", "ecom"]
+    assert cfg.model.base_model == "Qwen/Qwen3-8B-Base"
+    assert cfg.grpo.learning_rate == pytest.approx(2e-5)
+    assert cfg.pipeline.cold_start == {"math": True, "search": False}
+    assert load_config("smoke", {"eval.k": 2}).eval.k == 2
+    assert parse_override("a.b= [1, 2]") == ("a.b", [1, 2])
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("no_such_key=1", "no_such_key"),
+        ("eval.nope=1", "eval.nope"),
+        ("eval.k=0", "eval.k"),
+        ("eval.k=many", "eval.k"),
+        ("eval.backend=tpu", "eval.backend"),
+        ("eval=3", "eval"),
+        ("eval.k.x=1", "'k' is a value"),
+        ("pipeline.curriculum=[math,math]", "repeats"),
+        ("pipeline.curriculum=[math,cooking]", "cooking"),
+        ("novalue", "key=value"),
+    ],
+)
+def test_mistakes_fail_early_and_say_where(override, needle):
+    with pytest.raises(ConfigError) as exc:
+        load_config("smoke", [override])
+    assert needle in str(exc.value)
+
+
+def test_unknown_key_lists_valid_keys_and_unknown_profile_lists_profiles():
+    with pytest.raises(ConfigError, match="Valid keys: .*eval.k"):
+        load_config("smoke", ["eval.kk=1"])
+    with pytest.raises(ConfigError, match="profiles are"):
+        load_config("huge")
+
+
+def test_seed_dir_and_hash():
+    cfg = load_config("mini", seed=2)
+    assert str(cfg.seed_dir()) == "outputs/mini/seed2"
+    assert cfg.hash() == load_config("mini", seed=2).hash()
+    other = load_config("mini", ["eval.k=3"], seed=2)
+    assert other.hash() != cfg.hash() and other.hash("model") == cfg.hash("model")
+    assert set(DOMAINS) == set(cfg.pipeline.curriculum)

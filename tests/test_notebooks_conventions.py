@@ -1,0 +1,83 @@
+"""Every committed notebook follows the suite's conventions, and all of them execute under the smoke profile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from acl_lib.notebooks import check_conventions, list_notebooks, notebook_state, strip_outputs
+from conftest import ACL, ROOT, child_env, write_notebook
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_follows_conventions(path):
+    assert check_conventions(path) == []
+
+
+def test_every_notebook_is_listed_in_order():
+    listed = list_notebooks(ROOT / "notebooks")
+    assert listed == NOTEBOOKS, "every .ipynb in notebooks/ must be named NN_name.ipynb"
+    prefixes = [p.name[:2] for p in listed]
+    assert len(set(prefixes)) == len(prefixes), f"duplicate prefixes: {prefixes}"
+
+
+def test_convention_checker_catches_each_violation(tmp_path):
+    good = write_notebook(tmp_path / "03_good_one.ipynb", ["x = cfg.seed"])
+    assert check_conventions(good) == []
+
+    def mutated(name, change):
+        nb = json.loads(good.read_text())
+        change(nb)
+        p = tmp_path / name
+        p.write_text(json.dumps(nb))
+        return " | ".join(check_conventions(p))
+
+    assert "does not match" in mutated("3_Bad.ipynb", lambda nb: None)
+    assert "first markdown cell" in mutated("03_a.ipynb", lambda nb: nb["cells"][0].update(source="# no command"))
+    assert "exactly one cell tagged" in mutated("03_b.ipynb", lambda nb: nb["cells"][3]["metadata"].update(tags=["parameters"]))
+    assert "outputs" in mutated("03_c.ipynb", lambda nb: nb["cells"][3].update(execution_count=4))
+    assert "does not define overrides" in mutated("03_d.ipynb", lambda nb: nb["cells"][1].update(source='profile = "smoke"\nseed = 0'))
+    assert "not a literal" in mutated("03_e.ipynb", lambda nb: nb["cells"][1].update(source='profile = "smoke"\nseed = 0\noverrides = list()'))
+    assert "load_config(profile, overrides, seed=seed)" in mutated("03_f.ipynb", lambda nb: nb["cells"][2].update(source="cfg = None"))
+    (tmp_path / "03_g.ipynb").write_text("{not json")
+    assert "not valid JSON" in " ".join(check_conventions(tmp_path / "03_g.ipynb"))
+
+
+def test_strip_outputs_and_nbstrip_check(tmp_path):
+    p = write_notebook(tmp_path / "05_dirty.ipynb", ["print('hi')"])
+    nb = json.loads(p.read_text())
+    nb["cells"][3].update(execution_count=7, outputs=[{"output_type": "stream", "name": "stdout", "text": "hi\n"}])
+    nb["cells"][3]["metadata"]["papermill"] = {"duration": 0.1}
+    nb["metadata"]["papermill"] = {"parameters": {}}
+    p.write_text(json.dumps(nb, indent=1))
+
+    check = subprocess.run([*ACL, "nbstrip", "--check", str(p)], capture_output=True, text=True, env=child_env(), timeout=60)
+    assert check.returncode == 1 and "would strip" in check.stdout
+    assert strip_outputs(p) is True
+    clean = json.loads(p.read_text())
+    assert clean["cells"][3]["outputs"] == [] and clean["cells"][3]["execution_count"] is None
+    assert "papermill" not in clean["metadata"] and "papermill" not in clean["cells"][3]["metadata"]
+    assert clean["cells"][1]["metadata"]["tags"] == ["parameters"]
+    assert check_conventions(p) == []
+    assert strip_outputs(p) is False, "a clean notebook is left untouched"
+    check = subprocess.run([*ACL, "nbstrip", "--check", str(p)], capture_output=True, text=True, env=child_env(), timeout=60)
+    assert check.returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not NOTEBOOKS, reason="no notebooks committed yet")
+def test_all_notebooks_execute_under_smoke(tmp_path):
+    pm, out = tmp_path / "papermill_runs", tmp_path / "outputs"
+    res = subprocess.run(
+        [*ACL, "run", "--profile", "smoke", "--seeds", "0", "--papermill-dir", str(pm), "--output-dir", str(out)],
+        cwd=ROOT, capture_output=True, text=True, env=child_env(), timeout=3600,
+    )
+    assert res.returncode == 0, res.stderr[-5000:]
+    for nb in NOTEBOOKS:
+        state, _ = notebook_state(pm / "smoke" / "seed0" / nb.name)
+        assert state == "done", f"{nb.name}: {state}"

@@ -1,0 +1,107 @@
+"""The loss mask of multi-turn GRPO, token by token, on real episodes.
+
+A real multi-turn episode (tool responses *and* simulated-user turns) is driven by the scripted expert through
+``trl_env.rollout_episodes`` (the code ``EpisodeRollout`` runs inside the trainer), then through a real
+``GRPOTrainer`` step. The mask the trainer uses must be 1 exactly on the tokens the policy wrote and 0 on
+every observation token, checked against the chat template's own rendering of the finished conversation.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from acl_lib.train import trl_env
+from test_train_kit import DeskEnv, base_dir, desk_expert, tiny_cfg  # noqa: F401  (fixture)
+
+torch.set_num_threads(1)
+
+
+def expert_policy(tok):
+    """The scripted expert as a token-level policy: its raw text, tokenized, plus the eos that ends a turn."""
+
+    def policy(reqs):
+        outs = []
+        for r in reqs:
+            text = desk_expert(r.episode.task, r.episode.messages)
+            outs.append(tok.encode(text, add_special_tokens=False) + [tok.eos_token_id])
+        return outs, None
+
+    return policy
+
+
+def rendered_spans(tok, episode):
+    """The finished conversation rendered by the template: ids and its assistant ({% generation %}) mask."""
+    out = tok.apply_chat_template(episode.messages, tools=episode.task.tools, tokenize=True, return_dict=True,
+                                  return_assistant_tokens_mask=True)
+    return list(out["input_ids"]), list(out["assistant_masks"])
+
+
+def check_against_template(tok, episode, prompt_ids, completion_ids, mask):
+    ids, amask = rendered_spans(tok, episode)
+    n = len(prompt_ids) + len(completion_ids)
+    # The concatenated rollout is the template's rendering up to the last <|im_end|> (only its "\n" follows).
+    assert prompt_ids + completion_ids == ids[:n]
+    assert tok.decode(ids[n:]) == "\n"
+    # Token by token: trained exactly where the template marks assistant output.
+    assert list(mask) == amask[len(prompt_ids):n]
+    # And the masked-out tokens are the observations: both kinds are there, and nothing the policy wrote.
+    masked = tok.decode([t for t, m in zip(completion_ids, mask) if m == 0])
+    trained = tok.decode([t for t, m in zip(completion_ids, mask) if m == 1])
+    assert "<tool_response>" in masked and "population of" in masked  # the tool response
+    assert "I mean" in masked  # the simulated user's turn
+    assert "<tool_response>" not in trained and "I mean" not in trained
+    assert "<tool_call>" in trained and "Which city do you mean?" in trained
+
+
+def test_rollout_mask_matches_rendered_assistant_spans(base_dir):
+    from acl_lib.model import load_model_and_tokenizer
+
+    _, tok = load_model_and_tokenizer(base_dir)
+    env = DeskEnv()
+    episodes = [env.start(t, max_turns=6) for t in env.tasks("train", 3)]
+    rolls = trl_env.rollout_episodes(episodes, expert_policy(tok), tok, max_completion_length=512)
+    for ep, r in zip(episodes, rolls):
+        assert ep.reward() == 1.0 and len(r.turns) == 3
+        assert len(r.completion_ids) == len(r.env_mask)
+        check_against_template(tok, ep, r.prompt_ids, r.completion_ids, r.env_mask)
+
+
+def test_rollout_budget_cuts_the_episode_and_scores_zero(base_dir):
+    from acl_lib.model import load_model_and_tokenizer
+
+    _, tok = load_model_and_tokenizer(base_dir)
+    env = DeskEnv()
+    ep = env.start(env.tasks("train", 1)[0])
+    (r,) = trl_env.rollout_episodes([ep], expert_policy(tok), tok, max_completion_length=40)
+    assert len(r.completion_ids) <= 40 and ep.done
+    assert ep.reward() == 0.0 and "budget" in ep.failure
+
+
+def test_grpo_trainer_loss_mask_on_expert_rollouts(base_dir, tmp_path):
+    """The mask inside a real GRPOTrainer step (completion_mask * tool_mask, what the loss multiplies)."""
+    from acl_lib.model import load_model_and_tokenizer
+    from acl_lib.runs import Run
+    from acl_lib.train import grpo
+
+    cfg = tiny_cfg(tmp_path, **{"grpo.max_completion_length": 256, "grpo.batch_size": 4})
+    run = Run(cfg, "mask_check")
+    _, tok = load_model_and_tokenizer(base_dir)
+    env = DeskEnv()
+    tasks = env.tasks("train", 2)
+    trainer = grpo.build_trainer(cfg, base_dir, env, tasks, run, policy=trl_env.EpisodeRollout(expert_policy(tok)).policy)
+    batch = [trainer.train_dataset[i] for i in (0, 0, 1, 1)]  # num_generations=2: each prompt twice
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(batch)
+    loss_mask = out["completion_mask"] * out["tool_mask"]
+    assert out["advantages"].shape == (4,)
+    for k, env_ep in enumerate(trainer.environments):
+        ep = env_ep.episode
+        assert ep.reward() == 1.0
+        n = int(out["completion_mask"][k].sum())
+        prompt = out["prompt_ids"][k][out["prompt_mask"][k].bool()].tolist()
+        check_against_template(tok, ep, prompt, out["completion_ids"][k][:n].tolist(), loss_mask[k][:n].tolist())
+    # The loss on these rollouts runs through the same mask (the training loop sets the accumulation count).
+    trainer.current_gradient_accumulation_steps = 1
+    loss = trainer.compute_loss(trainer.model, out)
+    assert torch.isfinite(loss)

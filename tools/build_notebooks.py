@@ -1,0 +1,149 @@
+"""Write the pipeline notebooks 01-05 from one template, so the four stage notebooks stay identical.
+
+    python tools/build_notebooks.py        # rewrites notebooks/01..05 (no outputs)
+
+Notebooks are thin: a parameters cell, the config, one acl_lib call per step, then tables and figures.
+Edit this file, not the notebooks, and re-run it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY_ORDER = ["math", "search", "ecom", "if"]
+
+
+def _params(extra: str = "") -> nbformat.NotebookNode:
+    src = (
+        'profile = "smoke"  # smoke | mini | paper\n'
+        "seed = 0  # training seed (the worlds and benchmarks are fixed by worlds.seed)\n"
+        "overrides = []  # config overrides, e.g. [\"grpo.max_steps=10\", \"pipeline.curriculum=[if,math,search,ecom]\"]\n"
+        + extra
+    )
+    cell = new_code_cell(src)
+    cell.metadata["tags"] = ["parameters"]
+    return cell
+
+
+def _setup() -> nbformat.NotebookNode:
+    return new_code_cell(
+        "from acl_lib.config import load_config\n"
+        "from acl_lib import pipeline, report\n\n"
+        "cfg = load_config(profile, overrides, seed=seed)\n"
+        "cfg.seed_dir()"
+    )
+
+
+def _cmd(name: str, extra: str = "") -> str:
+    return (
+        f"```bash\npapermill notebooks/{name}.ipynb papermill_runs/mini/seed0/{name}.ipynb "
+        f"-p profile mini -p seed 0{extra}\n```\n"
+        f"or, with every notebook and seed: `acl run --profile mini --seeds 0 1 2 --only {name[:2]}`."
+    )
+
+
+def stage_notebook(index: int) -> nbformat.NotebookNode:
+    name = f"{index:02d}_seq_stage_{index}"
+    study = STUDY_ORDER[index - 1]
+    md = (
+        f"# {index:02d} · Sequential stage {index} of the curriculum\n\n"
+        f"The study trains Math -> Search -> E-commerce -> IF, each stage from the previous checkpoint. "
+        f"This notebook runs stage {index} of `pipeline.curriculum` (in the study's order: **{study}**, "
+        f"producing `seq_{study}`). Math and IF run GRPO with their verifiable rewards; Search and "
+        "E-commerce first run a rejection-sampled SFT cold start, then GRPO with multi-turn tool use "
+        "(tool and user output masked out of the loss). The checkpoint is then scored on the whole suite "
+        "(in-domain and OOD) and its scores land in `metrics.json` beside it.\n\n" + _cmd(name)
+    )
+    nb = new_notebook()
+    nb.cells = [
+        new_markdown_cell(md),
+        _params(f"stage_index = {index}  # position in pipeline.curriculum (1-based)\n"),
+        _setup(),
+        new_code_cell("run = pipeline.run_sequential_stage(cfg, stage_index)\nrun.path"),
+        new_code_cell(
+            "# Training curves of this stage (reward per GRPO step; SFT loss where a cold start ran)\n"
+            "fig = report.training_curves(run.path)\nfig"
+        ),
+        new_code_cell(
+            "# Scores of the incoming checkpoint and of this one, beside the study's\n"
+            "names = [run.inputs[0].name, run.name]\n"
+            "scores = report.load_scores(cfg.seed_dir(), names)\n"
+            "print(report.format_matrix(scores, report.paper_results()['sequential']))"
+        ),
+    ]
+    if index == 4:
+        nb.cells += [
+            new_markdown_cell(
+                "## The whole sequence\n\nThe capability matrix (checkpoint x benchmark) and each benchmark's "
+                "trajectory across stages, ours beside the study's (`paper_results.yaml`, `sequential`). "
+                "Whatever it shows about forgetting is what this run measured."
+            ),
+            new_code_cell(
+                "names = pipeline.checkpoint_names(cfg, oracles=False)\n"
+                "scores = report.load_scores(cfg.seed_dir(), names)\n"
+                "fig = report.capability_heatmap(scores, title=f'Sequential checkpoints, {cfg.profile} seed {cfg.seed}')\n"
+                "report.save_figure(fig, cfg.seed_dir() / 'figures' / 'sequential_matrix')\nfig"
+            ),
+            new_code_cell(
+                "paper_seq = report.paper_results()['sequential']\n"
+                "fig = report.trajectory_figure(scores, paper_seq, ['aime26', 'nq', 'retail', 'ifeval', 'multi_hop', 'telecom'])\n"
+                "report.save_figure(fig, cfg.seed_dir() / 'figures' / 'sequential_trajectories')\nfig"
+            ),
+            new_code_cell(
+                "# Peak vs final for each stage's own benchmark (forgetting as measured here)\n"
+                "report.forgetting_table(cfg)"
+            ),
+        ]
+    return nb
+
+
+def oracles_notebook() -> nbformat.NotebookNode:
+    name = "05_oracles"
+    md = (
+        "# 05 · Single-task oracles\n\n"
+        "Each oracle runs the same stage recipe as the sequential pipeline, from the base, on one domain "
+        "only (`oracle_math`, `oracle_search`, `oracle_ecom`, `oracle_if`): the per-domain ceiling the "
+        "study compares every consolidation against. Each is scored on the whole suite.\n\n" + _cmd(name)
+    )
+    nb = new_notebook()
+    nb.cells = [
+        new_markdown_cell(md),
+        _params('domains = "all"  # "all" or a comma-separated subset of math,search,ecom,if\n'),
+        _setup(),
+        new_code_cell(
+            "todo = cfg.pipeline.curriculum if domains == 'all' else [d.strip() for d in domains.split(',')]\n"
+            "runs = [pipeline.run_oracle(cfg, d) for d in todo]\n"
+            "[r.path for r in runs]"
+        ),
+        new_code_cell(
+            "names = pipeline.checkpoint_names(cfg, oracles=True)\n"
+            "scores = report.load_scores(cfg.seed_dir(), names)\n"
+            "print(report.format_matrix(scores, report.paper_results()['main_table']))"
+        ),
+        new_code_cell(
+            "fig = report.capability_heatmap(scores, title=f'Base, sequential and oracle checkpoints, {cfg.profile} seed {cfg.seed}')\n"
+            "report.save_figure(fig, cfg.seed_dir() / 'figures' / 'capability_matrix')\nfig"
+        ),
+    ]
+    return nb
+
+
+def main() -> None:
+    out = ROOT / "notebooks"
+    out.mkdir(exist_ok=True)
+    kernel = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    for i in range(1, 5):
+        nb = stage_notebook(i)
+        nb.metadata["kernelspec"] = kernel
+        nbformat.write(nb, out / f"{i:02d}_seq_stage_{i}.ipynb")
+    nb = oracles_notebook()
+    nb.metadata["kernelspec"] = kernel
+    nbformat.write(nb, out / "05_oracles.ipynb")
+
+
+if __name__ == "__main__":
+    main()
