@@ -81,6 +81,8 @@ def test_extract_answer(response, expected):
         ("Answer: \\text{12}", "12"),
         ("Answer: x = 7", "7"),
         ("Answer: 12 apples", "12"),
+        ("Answer: 12 square cm", "12"),
+        ("Answer: 12 m^2", "12"),
         ("Answer: 30^\\circ", "30"),
         ("Answer: \\frac{1}{2}", "0.5"),
         ("Answer: 0.5", "\\frac{1}{2}"),
@@ -105,6 +107,8 @@ def test_is_correct_accepts(response, gold):
         ("Answer: 5", "-5"),
         ("Answer: 1,2", "12"),  # commas not grouping thousands: a list, not a number
         ("Answer: 5.00001", "5"),
+        ("Answer: 12 and 3", "12"),  # not a unit: more numbers follow
+        ("Answer: 5x", "5"),  # an expression in x, not "5 with a unit"
         ("Answer: 2\\sqrt{3}", "\\sqrt{8}"),
         ("The answer is 42", "42"),  # no Answer: line, no box
         ("", "0"),

@@ -105,7 +105,7 @@ def test_apply_chat_convention_fixes_a_base_style_tokenizer(tok, tmp_path):
 
 
 def test_build_base_smoke_writes_a_complete_run_once(tmp_path):
-    cfg = load_config("smoke", [f"output_dir={tmp_path}"])
+    cfg = load_config("smoke", [f"output_dir={tmp_path}", "pretrain.corpus_docs=24"])
     path = build_base(cfg)
     assert path == base_checkpoint(cfg) == str(tmp_path / "smoke" / "seed0" / "base" / "model")
     run_dir = tmp_path / "smoke" / "seed0" / "base"
@@ -159,12 +159,14 @@ def test_sft_trainer_assistant_only_loss_one_step(cfg, tok, tmp_path):
     data = Dataset.from_list([_tool_conversation(a, a + 3) for a in range(2, 10)])
     args = SFTConfig(
         output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, assistant_only_loss=True,
-        report_to=[], use_cpu=True, bf16=False, gradient_checkpointing=False, save_strategy="no", logging_steps=1,
-        dataloader_num_workers=0,
+        report_to=[], use_cpu=True, bf16=False, activation_checkpointing=False, save_strategy="no", logging_steps=1,
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
     row = trainer.train_dataset[0]
-    masked = tok.decode([t for t, m in zip(row["input_ids"], row["assistant_masks"]) if m])
+    # TRL turns the template's assistant mask into labels: -100 outside the assistant spans.
+    trained = [(t, lab) for t, lab in zip(row["input_ids"], row["labels"]) if lab != -100]
+    assert all(t == lab for t, lab in trained)
+    masked = tok.decode([t for t, _ in trained])
     assert masked == format_tool_call("calculator", {"expression": "2 * 5"}) + "<|im_end|>Answer: 10<|im_end|>"
     before = [p.detach().clone() for p in model.parameters()]
     result = trainer.train()
@@ -191,7 +193,7 @@ def test_grpo_trainer_accepts_our_tokenizer_and_tools(cfg, tok, tmp_path):
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"What is {a} * 3?"}]} for a in range(4)])
     args = GRPOConfig(
         output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, num_generations=2,
-        max_completion_length=8, report_to=[], use_cpu=True, bf16=False, gradient_checkpointing=False,
+        max_completion_length=8, report_to=[], use_cpu=True, bf16=False, activation_checkpointing=False,
         save_strategy="no", beta=0.0, loss_type="dapo", logging_steps=1,
     )
     trainer = GRPOTrainer(

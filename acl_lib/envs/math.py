@@ -17,7 +17,7 @@ Answer extraction (``extract_answer``), following DAPO/verl ``math_dapo.py``:
      stripped: ``Answer: $-5$`` gives ``$-5$``); normalisation happens at comparison.
   Unlike DAPO we do not cut the response to its last 300 characters (that is only a speed trick there).
 
-Normalisation (``normalize_answer``, applied to both sides): strip surrounding markdown ``*``/`````;
+Normalisation (``normalize_answer``, applied to both sides): strip surrounding markdown ``*`` and backticks;
 unwrap ``\\boxed{}``/``\\fbox{}``; drop ``$``, ``\\$``, ``\\(``, ``\\)``, ``\\[``, ``\\]``, ``\\left``,
 ``\\right``; unwrap ``\\text{}``, ``\\textbf{}``, ``\\mathrm{}``, ``\\mbox{}``; drop LaTeX spacing
 (``\\,`` ``\\!`` ``\\;`` ``\\:`` ``\\ `` ``~``) and degree marks; ``\\dfrac``/``\\tfrac`` -> ``\\frac``;
@@ -29,8 +29,10 @@ Comparison (``is_correct`` / ``answers_match``): equal normalised strings -> cor
 are plain numbers (integers, decimals, ``a/b``) they are compared exactly as rationals, so ``5.0`` equals
 ``5`` (math-verify semantics; DAPO's pure string match would reject it) and ``5.00001`` does not;
 otherwise ``math_verify.verify(parse(gold), parse(pred))`` decides (``\\frac{1}{2}`` vs ``0.5``,
-``2\\sqrt{2}`` vs ``\\sqrt{8}``). math-verify is skipped for very long answers and huge powers or
-factorials (they could stall sympy), and its signal-based timeouts are only used on the main thread.
+``2\\sqrt{2}`` vs ``\\sqrt{8}``; it also accepts ``5\\%`` for ``5``, its percentage leniency).
+Spaces inside a number vanish with the whitespace (``1 234`` -> ``1234``). math-verify is skipped for
+very long answers and huge powers or factorials (they could stall sympy), and its signal-based
+timeouts are only used on the main thread.
 No extractable answer -> False. Nothing here raises on model output.
 
 Mini world (``worlds.data_dir`` empty): generated problems with integer answers at levels 1-4 from three
@@ -64,6 +66,7 @@ from typing import Any
 
 from acl_lib.config import WorldsConfig
 from acl_lib.envs import mcq
+from acl_lib.envs.mcq import extract_choice, is_correct_choice  # noqa: F401  (public here too)
 from acl_lib.envs.base import Environment, Episode, SingleTurnEpisode, Task
 
 DAPO_PREFIX = (
@@ -126,7 +129,9 @@ def extract_answer(response: str) -> str | None:
 # --- normalisation and comparison -------------------------------------------------------------------
 
 _WRAPPERS = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
-_UNIT_TAIL = re.compile(r"([-+]?\d[\d,]*(?:\.\d+)?)\s+[A-Za-z][A-Za-z\s.^23]*")
+# a number, whitespace, then unit words ("12 apples", "3 square cm", "5 m^2"); words must be separated by
+# whitespace (no nested free repetition, so no catastrophic backtracking) and "5x" is never a unit
+_UNIT_TAIL = re.compile(r"([-+]?\d[\d,]*(?:\.\d+)?)\s+[A-Za-z]+(?:\^[23])?(?:\s+[A-Za-z]+(?:\^[23])?)*\.?")
 _THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)|[-+]?\d+/\d+")
 

@@ -275,7 +275,7 @@ def _make_task(benchmark: str, uid: str, question: str, correct: str, wrong: lis
                meta: dict[str, Any]) -> Task:
     """Shuffle the 4 options with ``rng`` and build the Task (answer = gold letter)."""
     options = [correct] + list(wrong[:3])
-    pass
+    rng.shuffle(options)
     letter = LETTERS[options.index(correct)]
     return Task(
         id=uid,

@@ -19,6 +19,9 @@ Reward (both scales): the episode's final database must equal the one obtained b
 gold actions on a fresh copy of the world database (failed gold actions are skipped: they change
 nothing), and every ``communicate_info`` string must occur in some assistant message (case-insensitive,
 commas removed from the message, as tau2's evaluator does). Any miss gives 0 with ``failure`` saying why.
+(tau2 itself checks ``communicate_info`` only when a task's ``reward_basis`` lists ``COMMUNICATE``, which
+none of the 114 real retail tasks does; here it is always checked where a task lists it. The mini tasks
+list ``["DB", "COMMUNICATE"]``.)
 
 CLI: ``python -m acl_lib.envs.retail replay --db DB.json --tasks TASKS.json --out OUT.jsonl``.
 """
@@ -195,7 +198,7 @@ CLOSING = "Is there anything else I can help you with?"
 def describe_payment(pm: dict) -> str:
     """How a user names one of their payment methods."""
     if pm["source"] == "credit_card":
-        return f"{pm['brand']} card ending in {pm['last_four']}"
+        return f"{pm['brand']} credit card ending in {pm['last_four']}"
     return "PayPal account" if pm["source"] == "paypal" else "gift card"
 
 
@@ -394,7 +397,7 @@ def to_task(t: dict, benchmark: str | None, system_prompt: str, world_seed: int 
         user_prompt=user_prompt,
         tools=TOOL_SCHEMAS,
         answer={"actions": criteria.get("actions") or [], "communicate_info": criteria.get("communicate_info") or [],
-                "scenario": scenario},
+                "reward_basis": criteria.get("reward_basis"), "scenario": scenario},
         meta={"source": source, "world_seed": world_seed, "tau2_id": t["id"], "kind": (t.get("description") or {}).get("purpose"),
               "difficulty": t.get("difficulty"), "user_scenario": t.get("user_scenario")},
     )
@@ -437,8 +440,9 @@ class RetailEnv(Environment):
         bench = self.splits[split]
         if self.data_dir:
             ids = list(self._paper_splits[split])
-            if n < len(ids):
-                ids = sorted(random.Random(f"retail-paper:{split}:{seed}").sample(ids, n), key=int)
+            if n < len(ids):  # a seeded sample, kept in the split file's order
+                chosen = set(random.Random(f"retail-paper:{split}:{seed}").sample(ids, n))
+                ids = [i for i in ids if i in chosen]
             return [to_task(self._paper_tasks[i], bench, self.policy, None, "tau2") for i in ids]
         raw = generate_tasks(self.world(), self.seed, split, n, seed)
         return [to_task(t, bench, self.policy, self.seed, "mini") for t in raw]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import operator
 import unicodedata
 from typing import Any, Callable, Literal, Optional, Union
@@ -296,6 +297,7 @@ TOOL_SCHEMAS: list[dict] = [
     ),
 ]
 TOOL_NAMES = [s["function"]["name"] for s in TOOL_SCHEMAS]
+_SCHEMA_BY_NAME = {s["function"]["name"]: s for s in TOOL_SCHEMAS}
 WRITE_TOOLS = frozenset({
     "cancel_pending_order", "exchange_delivered_order_items", "modify_pending_order_address",
     "modify_pending_order_items", "modify_pending_order_payment", "modify_user_address", "return_delivered_order_items",
@@ -330,7 +332,7 @@ _UNOPS: dict[type, Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: op
 def _arith(node: ast.AST) -> int | float:
     """Evaluate an arithmetic AST with Python's semantics (what the reference's ``eval`` computes).
 
-    Only numbers, + - * / ** and unary signs; exponents are bounded so that ``9**9**9`` cannot hang.
+    Only numbers, + - * / ** and unary signs; powers are bounded so that ``9**9**9`` cannot hang.
     """
     if isinstance(node, ast.Expression):
         return _arith(node.body)
@@ -340,8 +342,9 @@ def _arith(node: ast.AST) -> int | float:
         return _UNOPS[type(node.op)](_arith(node.operand))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         left, right = _arith(node.left), _arith(node.right)
-        if isinstance(node.op, ast.Pow) and (abs(right) > 1000 or abs(left) > 1e12 and abs(right) > 10):
-            raise ToolError("Exponent too large")
+        if isinstance(node.op, ast.Pow) and abs(right) > 1 and abs(left) > 1 and (
+                abs(right) > 10_000 or abs(right) * math.log10(abs(left)) > 4000):
+            raise ToolError("Exponent too large")  # a result of over 4000 digits
         return _BINOPS[type(node.op)](left, right)
     raise ToolError("Invalid expression")
 
@@ -369,10 +372,12 @@ class RetailTools:
             raise ToolError(f"Tool {name} not found")
         if not isinstance(arguments, dict):
             raise ToolError("arguments must be an object")
-        try:
-            return getattr(self, name)(**arguments)
-        except TypeError as exc:  # missing / unexpected keyword arguments
-            raise ToolError(str(exc)) from None
+        params = list(_SCHEMA_BY_NAME[name]["function"]["parameters"]["properties"])
+        missing = [p for p in params if p not in arguments]
+        unexpected = [a for a in arguments if a not in params]
+        if missing or unexpected:
+            raise ToolError(f"{name}: missing arguments {missing}, unexpected arguments {unexpected}")
+        return getattr(self, name)(**arguments)
 
     # --- look-ups ---
     def _order(self, order_id: Any) -> Order:
@@ -417,6 +422,8 @@ class RetailTools:
         expression = _need_str("expression", expression)
         if not all(c in "0123456789+-*/(). " for c in expression):
             raise ToolError("Invalid characters in expression")
+        if len(expression) > 1000:  # bounds the work of a product of huge integers
+            raise ToolError("Invalid expression: too long")
         try:
             value = _arith(ast.parse(expression.strip(), mode="eval"))
             return str(round(float(value), 2))
@@ -526,7 +533,8 @@ class RetailTools:
         if order.status != "delivered":
             raise ToolError("Non-delivered order cannot be returned")
         method = self._payment_method(order.user_id, payment_method_id)
-        if not isinstance(method, GiftCard) and payment_method_id != order.payment_history[0].payment_method_id:
+        original = order.payment_history[0].payment_method_id if order.payment_history else None
+        if not isinstance(method, GiftCard) and payment_method_id != original:
             raise ToolError("Payment method should be the original payment method")
         item_ids = _need_str_list("item_ids", item_ids)
         self._check_counts(order, item_ids, lambda i: "Some item not found")
