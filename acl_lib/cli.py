@@ -212,6 +212,11 @@ def cmd_run(args) -> int:
             bar.close()
             print(f"\nFAILED: {nb.name} (profile {args.profile}, seed {seed})\n{exc}", file=sys.stderr)
             return EXIT_FAILED
+        except KeyboardInterrupt:
+            bar.close()
+            print(f"\ninterrupted in {nb.name} (partial copy: {out}); the same command resumes: complete runs are skipped",
+                  file=sys.stderr)
+            return 130
     bar.close()
     print(f"\nacl run: {len(jobs)} notebook(s) executed in {_fmt_s(time.time() - t0)}")
     for seed, cfg in cfgs.items():

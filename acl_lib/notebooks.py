@@ -230,6 +230,15 @@ def check_conventions(path: str | Path) -> list[str]:
     for p in REQUIRED_PARAMETERS:
         if p not in assigned:
             problems.append(f"parameters cell does not define {p}")
+    # papermill's own parser documents parameters (`papermill --help-notebook`); it gives up on a line
+    # whose comment contains '=' and then warns "Passed unknown parameter" on every run.
+    from nbformat.v4 import new_code_cell
+    from papermill.translators import PythonTranslator
+
+    documented = {p.name for p in PythonTranslator.inspect(new_code_cell(_source(params)))}
+    for name in assigned:
+        if name not in documented:
+            problems.append(f"papermill cannot parse the parameter line of {name!r} (no '=' in its comment)")
     nxt = next((c for c in cells[pi + 1 :] if c.get("cell_type") == "code"), None)
     if nxt is None or "load_config(profile, overrides, seed=seed)" not in re.sub(r"\s+", " ", _source(nxt)):
         problems.append("the code cell after 'parameters' must call load_config(profile, overrides, seed=seed)")

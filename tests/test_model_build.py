@@ -140,7 +140,8 @@ def test_placeholder_corpus_is_deterministic_chat_text():
 
 def _tool_conversation(a: int, b: int) -> dict:
     # Arguments as a JSON string: Arrow would merge dict arguments of different rows into one struct.
-    call = {"type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": f"{a} * {b}"})}}
+    arguments = json.dumps({"expression": f"{a} * {b}"})
+    call = {"type": "function", "function": {"name": "calculator", "arguments": arguments}}
     return {
         "messages": [
             {"role": "user", "content": f"What is {a} * {b}?"},

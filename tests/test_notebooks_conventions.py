@@ -43,6 +43,7 @@ def test_convention_checker_catches_each_violation(tmp_path):
     assert "outputs" in mutated("03_c.ipynb", lambda nb: nb["cells"][3].update(execution_count=4))
     assert "does not define overrides" in mutated("03_d.ipynb", lambda nb: nb["cells"][1].update(source='profile = "smoke"\nseed = 0'))
     assert "not a literal" in mutated("03_e.ipynb", lambda nb: nb["cells"][1].update(source='profile = "smoke"\nseed = 0\noverrides = list()'))
+    assert "cannot parse" in mutated("03_h.ipynb", lambda nb: nb["cells"][1].update(source='profile = "smoke"\nseed = 0\noverrides = []  # e.g. ["eval.k=4"]'))
     assert "load_config(profile, overrides, seed=seed)" in mutated("03_f.ipynb", lambda nb: nb["cells"][2].update(source="cfg = None"))
     (tmp_path / "03_g.ipynb").write_text("{not json")
     assert "not valid JSON" in " ".join(check_conventions(tmp_path / "03_g.ipynb"))

@@ -56,10 +56,11 @@ def count_words(text: str) -> int:
 
 # Lower-cased tokens (without the final period) that punkt's English model treats as abbreviations.
 _ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof sr jr st vs etc inc ltd co corp jan feb mar apr jun jul aug sep sept oct nov dec "
-    "mon tue wed thu fri sat sun fig approx dept est gen gov mt no vol ave blvd rev col lt sgt capt".split()
+    "mr mrs ms dr prof sr jr st vs etc inc ltd co corp jan feb apr jun jul aug sep sept oct nov dec "
+    "approx dept gov mt vol ave blvd lt sgt capt".split()  # no ordinary words (sun, sat, no, ...)
 )
-_SENT_END = re.compile(r"([.!?]+)([\"'\u201d\u2019)\]*]*)(\s+)")
+# (?<!...) starts a match only at the beginning of a punctuation run (keeps long runs linear)
+_SENT_END = re.compile(r"(?<![.!?])([.!?]+)([\"'\u201d\u2019)\]*]*)(\s+)")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -75,14 +76,17 @@ def split_sentences(text: str) -> list[str]:
         punct = m.group(1)
         nxt = text[m.end() : m.end() + 1]
         if "!" not in punct and "?" not in punct:
-            prev = re.search(r"(\S*)$", text[start : m.start(1)]).group(1).lstrip("\"'([*").lower()
+            tail = text[max(start, m.start(1) - 64) : m.start(1)]  # the word before the period
+            prev = (tail.split()[-1] if tail and not tail[-1].isspace() else "").lstrip("\"'([*").lower()
             if len(punct) > 1:  # ellipsis: a break only before a capitalised word
                 if not nxt.isupper():
                     continue
-            elif prev in _ABBREVIATIONS or "." in prev or (len(prev) == 1 and prev.isalpha()):
-                continue
-            elif prev.isdigit() and nxt.islower():
-                continue
+            elif prev in _ABBREVIATIONS or re.fullmatch(r"(?:[^\W\d_]\.)+[^\W\d_]", prev) or (
+                len(prev) == 1 and prev.isalpha()
+            ):
+                continue  # abbreviation (e.g. / u.s / p.s) or initial
+            elif re.fullmatch(r"\d+(?:[.,]\d+)*", prev) and nxt.islower():
+                continue  # a number ends a sentence only before a capitalised word
         out.append(text[start : m.end(2)])
         start = m.end()
     out.append(text[start:])
@@ -137,6 +141,8 @@ def _forbidden_words(r: str, k: dict) -> bool:
 
 def _letter_frequency(r: str, k: dict) -> bool:
     letter = str(k["letter"]).strip().lower()
+    if len(letter) != 1:
+        raise ValueError(f"letter must be one character, got {k['letter']!r}")
     return _compare(collections.Counter(r.lower())[letter], k["let_relation"], k["let_frequency"])
 
 
@@ -189,24 +195,48 @@ def _nth_paragraph_first_word(r: str, k: dict) -> bool:
 
 
 def _postscript(r: str, k: dict) -> bool:
+    # IFEval runs findall(r"\s*<marker>.*$", MULTILINE) on the lowercased text. The leading \s* may be
+    # empty and ".*$" always matches, so that is a plain search for the marker (without IFEval's
+    # quadratic time on long whitespace runs).
     marker = str(k["postscript_marker"]).strip()
     if marker == "P.P.S":
-        pattern = r"\s*p\.\s?p\.\s?s.*$"
+        pattern = r"p\.\s?p\.\s?s"
     elif marker == "P.S.":
-        pattern = r"\s*p\.\s?s\..*$"
+        pattern = r"p\.\s?s\."
     else:
-        pattern = r"\s*" + marker.lower() + r".*$"
-    return bool(_compile(pattern, re.MULTILINE).findall(r.lower()))
+        pattern = marker.lower()
+    return bool(_compile(pattern).search(r.lower()))
 
 
 def _number_placeholders(r: str, k: dict) -> bool:
     return len(re.findall(r"\[.*?\]", r)) >= int(k["num_placeholders"])
 
 
+def count_bullets(text: str, marker: str) -> int:
+    """Number of IFEval bullet matches: ``findall(r"^\\s*\\*[^\\*].*$", MULTILINE)`` for ``marker="*"``,
+    ``findall(r"^\\s*-.*$", MULTILINE)`` for ``"-"``, computed in linear time (the regexes are quadratic
+    on long whitespace runs). Like the regex, the leading whitespace may span newlines."""
+    n, i, count = len(text), 0, 0
+    while i <= n:  # i is a line start
+        j = i
+        while j < n and text[j].isspace():
+            j += 1
+        if marker == "*":
+            ok, rest = j < n - 1 and text[j] == "*" and text[j + 1] != "*", j + 2
+        else:
+            ok, rest = j < n and text[j] == "-", j + 1
+        count += ok
+        # after a match the search resumes at the end of its line; after a failure every line start
+        # inside the same whitespace run fails the same way
+        e = text.find("\n", rest if ok else j)
+        if e == -1:
+            break
+        i = e + 1
+    return count
+
+
 def _number_bullet_lists(r: str, k: dict) -> bool:
-    stars = re.findall(r"^\s*\*[^\*].*$", r, flags=re.MULTILINE)
-    dashes = re.findall(r"^\s*-.*$", r, flags=re.MULTILINE)
-    return len(stars) + len(dashes) == int(k["num_bullets"])
+    return count_bullets(r, "*") + count_bullets(r, "-") == int(k["num_bullets"])
 
 
 def _constrained_response(r: str, k: dict) -> bool:
@@ -388,6 +418,8 @@ def validate_instruction(instruction_id: str, kwargs: dict | None) -> None:
     missing = [name for name in v.required if name not in kw]
     if missing and instruction_id != "combination:repeat_prompt":  # repeat_prompt may take the prompt
         raise ValueError(f"{instruction_id}: missing kwargs {missing} (given: {sorted(kw)})")
+    if instruction_id == "keywords:letter_frequency" and len(str(kw.get("letter", "")).strip()) != 1:
+        raise ValueError(f"{instruction_id}: letter must be one character, got {kw.get('letter')!r}")
     for name in v.relations:
         if kw.get(name) not in RELATIONS:
             raise ValueError(f"{instruction_id}: {name} must be one of {RELATIONS}, got {kw.get(name)!r}")
@@ -434,7 +466,8 @@ def check_instruction_loose(instruction_id: str, kwargs: dict | None, response: 
 def follow_list(row: dict, response: str, loose: bool = False) -> list[bool]:
     """Per-instruction results of one IFEval row (``instruction_id_list``, ``kwargs``, ``prompt``)."""
     check = check_instruction_loose if loose else check_instruction
-    kwargs = row.get("kwargs") or [{}] * len(row["instruction_id_list"])
+    ids = row["instruction_id_list"]
+    kwargs = list(row.get("kwargs") or []) + [{}] * len(ids)  # a missing kwargs entry means none
     return [check(i, kw, response, row.get("prompt")) for i, kw in zip(row["instruction_id_list"], kwargs)]
 
 
@@ -832,7 +865,7 @@ class InstructEnv(Environment):
 
     def tasks(self, split: str, n: int, seed: int = 0) -> list[Task]:
         if split not in self.splits:
-            raise KeyError(f"unknown split {split!r}; splits are {sorted(self.splits)}")
+            raise ValueError(f"unknown instruct split {split!r}; splits are {list(self.splits)}")
         path = Path(self.data_dir) / "instruct" / self.FILES[split] if self.data_dir else None
         if path is not None and path.exists():
             return self._file_tasks(split, path, n, seed)
@@ -842,6 +875,13 @@ class InstructEnv(Environment):
 
     def _file_tasks(self, split: str, path: Path, n: int, seed: int) -> list[Task]:
         rows = load_ifeval_jsonl(path)
+        if split == "train":  # keep benchmark prompts out of training
+            held_out = set()
+            for name in ("test", "ifbench"):
+                other = path.parent / self.FILES[name]
+                if other.exists():
+                    held_out |= {r["prompt"] for r in load_ifeval_jsonl(other)}
+            rows = [r for r in rows if r["prompt"] not in held_out]
         if n < len(rows):
             picked = sorted(random.Random(f"instruct-file:{self.seed}:{split}:{seed}").sample(range(len(rows)), n))
             rows = [rows[i] for i in picked]

@@ -14,7 +14,9 @@ deliberate differences (all offline, no nltk / emoji packages):
 - ``count:conjunctions`` counts *distinct* conjunctions after stripping punctuation (IF-Bench keeps
   the raw tokens, so ``and`` and ``and,`` counted as two);
 - ``ratio:sentence_type`` needs at least one question (IF-Bench also accepts 0 and 0);
-- ``format:newline`` needs every non-blank line to hold exactly one word.
+- ``format:newline`` needs every non-blank line to hold exactly one word;
+- ``format:emoji`` needs the emoji at the end of each sentence (IF-Bench also accepts one that opens
+  the next sentence).
 
 Every check takes ``(response, kwargs)`` with ``None`` kwargs already dropped and returns a bool; the
 caller (``instruct.check_instruction``) guarantees it never raises on model text.
@@ -107,9 +109,11 @@ def _conjunctions(resp: str, kw: dict) -> bool:
     return len(found) >= int(kw["small_n"])
 
 
+_NAME_RE = re.compile(r"\b(" + "|".join(PERSON_NAMES) + r")\b")
+
+
 def _person_names(resp: str, kw: dict) -> bool:
-    found = {name for name in PERSON_NAMES if re.search(r"\b" + name + r"\b", resp)}
-    return len(found) >= int(kw["N"])
+    return len(set(_NAME_RE.findall(resp))) >= int(kw["N"])
 
 
 def _numbers(resp: str, kw: dict) -> bool:

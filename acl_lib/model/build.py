@@ -63,7 +63,8 @@ def apply_chat_convention(model, tokenizer: PreTrainedTokenizerBase) -> None:
 
     A no-op for checkpoints built here. For a hub base model in the Qwen3 convention (Qwen3-8B-Base ships
     eos = ``<|endoftext|>`` and no response template) it sets eos = ``<|im_end|>`` in the tokenizer and the
-    generation config, pads on the left and installs ``RESPONSE_TEMPLATE`` for TRL's tool-call parsing.
+    generation config, pads on the left and installs a response template for TRL's tool-call parsing
+    (TRL's own for a chat template it recognises, else ``RESPONSE_TEMPLATE``).
     """
     vocab = tokenizer.get_vocab()
     if tokenizer.eos_token != IM_END and IM_END in vocab:
@@ -74,7 +75,12 @@ def apply_chat_convention(model, tokenizer: PreTrainedTokenizerBase) -> None:
         tokenizer.pad_token = PAD_TOKEN
     tokenizer.padding_side = "left"
     if getattr(tokenizer, "response_template", None) is None:
-        tokenizer.response_template = RESPONSE_TEMPLATE
+        from trl.chat_template_utils import add_response_schema
+
+        try:  # a chat template TRL knows (Qwen3's own) gets TRL's parser for it
+            add_response_schema(tokenizer)
+        except ValueError:  # any other template in the Qwen3 convention: ours
+            tokenizer.response_template = RESPONSE_TEMPLATE
     if model is not None:
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -151,7 +157,8 @@ def placeholder_corpus(n: int, seed: int = 0) -> list[str]:
         tools = None
         if kind == 2:  # a calculator episode
             tools = [_CALCULATOR]
-            call = {"type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": f"{a} {op} {b}"})}}
+            arguments = json.dumps({"expression": f"{a} {op} {b}"})
+            call = {"type": "function", "function": {"name": "calculator", "arguments": arguments}}
             messages += [
                 {"role": "assistant", "content": "", "tool_calls": [call]},
                 {"role": "tool", "name": "calculator", "content": str(value)},
@@ -228,7 +235,8 @@ def build_base(cfg: Config) -> str:
       both to ``base/model/`` (written atomically, so it never looks complete half-written), and record
       timings, sizes and corpus stats in ``base/base.json``.
 
-    A complete run with the same ``model`` / ``pretrain`` / ``worlds`` config is skipped.
+    A complete run with the same ``model`` / ``pretrain`` / ``worlds`` config is skipped. The model is
+    saved as initialised: pretraining it on the corpus is a separate step still to be added here.
     """
     from acl_lib.runs import Run, run_once
 

@@ -179,6 +179,17 @@ def summarize(log: list[dict], wall_s: float, **extra) -> dict:
     return out
 
 
+def distributed_info(trainer) -> dict:
+    """How the job ran: processes, device, DeepSpeed ZeRO stage (None without DeepSpeed), precision."""
+    ds = getattr(trainer.args, "hf_deepspeed_config", None) if trainer.is_deepspeed_enabled else None
+    return {
+        "world_size": trainer.args.world_size,
+        "device": str(trainer.args.device),
+        "deepspeed_zero_stage": ds.config["zero_optimization"]["stage"] if ds is not None else None,
+        "bf16": bool(trainer.args.bf16),
+    }
+
+
 def save_final_model(trainer, tokenizer, run, rel: str = "model") -> Path:
     """Write the trained model + tokenizer to ``run.path / rel`` atomically; returns that path.
 
@@ -206,3 +217,23 @@ def load_model_and_tokenizer(model_dir: str | Path, cfg=None):
     from acl_lib.model import load_model_and_tokenizer as load
 
     return load(model_dir, dtype=cfg.model.dtype if cfg is not None else "float32")
+
+
+def pinned_run(cfg, name: str, config_hash: str, path: str | Path | None = None):
+    """A run-store handle on ``<seed dir>/<name>`` (or ``path``) whose config hash is fixed to ``config_hash``.
+
+    Used for the directory of a phase inside a run (the SFT cold start of a stage) and by launched workers,
+    which know the run's directory and hash but not the sections and inputs it was keyed by: pinning the
+    hash keeps ``checkpoints/`` marked with the hash the run store checks on restart.
+    """
+    from acl_lib.runs import Run
+
+    class PinnedRun(Run):
+        @property
+        def config_hash(self) -> str:
+            return config_hash
+
+    run = PinnedRun(cfg, name)
+    if path is not None:
+        run.path = Path(path)
+    return run

@@ -16,25 +16,6 @@ import json
 from pathlib import Path
 
 
-def _worker_run(cfg, name: str, config_hash: str | None, run_dir: str | None):
-    """A run-store handle on the launching run's directory, keyed by the launcher's config hash.
-
-    The worker does not know the run's sections and inputs; pinning the hash keeps ``checkpoints/`` marked
-    with the same hash the run store checks on restart.
-    """
-    from acl_lib.runs import Run
-
-    class WorkerRun(Run):
-        @property
-        def config_hash(self) -> str:
-            return config_hash if config_hash is not None else super().config_hash
-
-    run = WorkerRun(cfg, name)
-    if run_dir is not None:
-        run.path = Path(run_dir)
-    return run
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m acl_lib.train.entry", description=__doc__.split("\n\n")[0])
     p.add_argument("--job-file", help="job.json written by acl_lib.train.launcher (config, job, args, run)")
@@ -47,17 +28,18 @@ def main(argv: list[str] | None = None) -> None:
     import yaml
 
     from acl_lib.config import Config
+    from acl_lib.train.common import pinned_run
     from acl_lib.train.launcher import job_function
 
     if a.job_file:
         spec = json.loads(Path(a.job_file).read_text())
         cfg = Config.model_validate(spec["config"])
-        run = _worker_run(cfg, spec["run_name"], spec.get("config_hash"), None)
+        run = pinned_run(cfg, spec["run_name"], spec["config_hash"])
         job, args = spec["job"], spec["args"]
     elif a.config and a.job:
         cfg = Config.model_validate(yaml.safe_load(Path(a.config).read_text()))
         run_dir = Path(a.run_dir) if a.run_dir else cfg.seed_dir() / a.job
-        run = _worker_run(cfg, run_dir.name, None, str(run_dir))
+        run = pinned_run(cfg, run_dir.name, cfg.hash(), run_dir)
         job, args = a.job, json.loads(a.args)
     else:
         p.error("give --job-file, or --config with --job")

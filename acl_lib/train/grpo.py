@@ -94,7 +94,7 @@ def train_grpo(cfg, model_dir: str | Path, domain: str, run, env=None, tasks=Non
     out = common.save_final_model(trainer, trainer.processing_class, run)
     if trainer.is_world_process_zero():
         summary = common.summarize(common.read_log(Path(run.path) / common.TRAIN_LOG), wall, job="grpo",
-                                   domain=domain, tasks=len(tasks), multi_turn=trl_env.is_multi_turn(tasks))
+                                   domain=domain, tasks=len(tasks), multi_turn=trl_env.is_multi_turn(tasks), **common.distributed_info(trainer))
         run.write_json(common.TRAIN_SUMMARY, summary)
     return out
 

@@ -124,7 +124,7 @@ def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, run)
     out = common.save_final_model(trainer, tok, run)
     if trainer.is_world_process_zero():
         summary = common.summarize(common.read_log(Path(run.path) / common.TRAIN_LOG), wall, job="sft",
-                                   rows=len(rows), dataset_tokens=n_tokens)
+                                   rows=len(rows), dataset_tokens=n_tokens, **common.distributed_info(trainer))
         if summary["steps"] and wall > 0:  # conversations are not packed: count the tokens actually seen
             per_row = n_tokens / len(rows)
             summary["tokens_per_s"] = summary["steps"] * cfg.sft.batch_size * per_row / wall

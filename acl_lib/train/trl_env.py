@@ -37,25 +37,13 @@ from typing import Any, Callable
 
 from acl_lib.envs.base import Environment, Episode, Task
 
-# Training stage (``config.DOMAINS``) -> environment module under ``acl_lib/envs/``.
-DOMAIN_MODULES = {"math": "math", "search": "search", "ecom": "retail", "if": "instruct"}
-
-
-def env_module(domain: str):
-    """The environment module of a stage or environment name (``ecom`` -> ``acl_lib.envs.retail``)."""
-    import importlib
-
-    return importlib.import_module(f"acl_lib.envs.{DOMAIN_MODULES.get(domain, domain)}")
-
-
 def make_env(domain: str, cfg) -> Environment:
-    """The world of ``domain`` built from ``cfg.worlds`` and ``cfg.seed`` (the module's one Environment class)."""
-    mod = env_module(domain)
-    classes = [c for c in vars(mod).values()
-               if isinstance(c, type) and issubclass(c, Environment) and c.__module__ == mod.__name__]
-    if len(classes) != 1:
-        raise LookupError(f"{mod.__name__} should define exactly one Environment subclass, found {classes}")
-    return classes[0](cfg.worlds, seed=cfg.seed)
+    """The world of a training stage (``math``/``search``/``ecom``/``if``) or environment name, built from
+    ``cfg.worlds`` and ``cfg.seed`` through the registry in ``acl_lib.envs``."""
+    from acl_lib.envs import STAGE_ENV
+    from acl_lib.envs import make_env as make
+
+    return make(STAGE_ENV.get(domain, domain), cfg.worlds, seed=cfg.seed)
 
 
 # --- datasets ----------------------------------------------------------------------------------------

@@ -1,0 +1,107 @@
+"""Rejection-sampled SFT: what is kept, how rows render, what carries loss, and a short real training run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from acl_lib.chat import format_tool_call
+from acl_lib.train import sft
+from test_train_kit import DeskEnv, base_dir, desk_expert, tiny_cfg  # noqa: F401  (fixture)
+
+torch.set_num_threads(1)
+
+
+def test_collect_demos_keeps_only_clean_successes():
+    env = DeskEnv()
+    tasks = env.tasks("train", 6)
+
+    def sloppy(task, messages):  # a malformed call beside the good one: succeeds, with a protocol error
+        text = desk_expert(task, messages)
+        if "<tool_call>" in text:
+            return '<tool_call>\n{"name": "lookup", "arguments": \n</tool_call>\n' + text
+        return text
+
+    def wrong(task, messages):
+        return "About seven."
+
+    rows, stats = sft.collect_demos(env, desk_expert, tasks, max_turns=6)
+    assert stats["kept"] == 6 and len(rows) == 6
+    rows, stats = sft.collect_demos(env, sloppy, tasks, max_turns=6)
+    assert rows == [] and stats["tried"] == 6 and "protocol error" in next(iter(stats["rejected"]))
+    rows, stats = sft.collect_demos(env, wrong, tasks, max_turns=6)
+    assert rows == [] and "wrong or missing answer" in next(iter(stats["rejected"]))
+    rows, _ = sft.collect_demos(env, desk_expert, tasks, max_turns=6, num_demos=2)
+    assert len(rows) == 2
+
+
+def test_rows_survive_arrow_and_render_like_the_episode(base_dir):
+    """Through a datasets.Dataset (Arrow) the rows render exactly as the original conversation."""
+    from datasets import Dataset
+
+    from acl_lib.model import load_model_and_tokenizer
+    from acl_lib.model.chat_template import render_chat
+
+    _, tok = load_model_and_tokenizer(base_dir)
+    env = DeskEnv()
+    tasks = env.tasks("train", 4)
+    rows, _ = sft.collect_demos(env, desk_expert, tasks, max_turns=6)
+    call = rows[0]["messages"][4]["tool_calls"][0]["function"]
+    assert isinstance(call["arguments"], str) and json.loads(call["arguments"])["city"]
+    ds = Dataset.from_list(rows)
+    for row, task in zip(ds, tasks):
+        ep = env.start(task, max_turns=6)
+        while not ep.done:
+            ep.step(desk_expert(task, ep.messages))
+        text = tok.apply_chat_template(row["messages"], tools=json.loads(row["tools"]), tokenize=False)
+        assert text == render_chat(ep.messages, tools=task.tools)
+        # The tool call renders exactly as a model should write it.
+        assert format_tool_call("lookup", {"city": task.meta["city"]}) in text
+
+
+def test_sft_trains_on_assistant_tokens_only_and_resumes(base_dir, tmp_path):
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    from acl_lib.model import load_model_and_tokenizer
+    from acl_lib.runs import Run, run_once
+    from acl_lib.train.common import read_log
+
+    cfg = tiny_cfg(tmp_path, **{"sft.max_steps": 6, "sft.batch_size": 4, "sft.learning_rate": 3e-3})
+    env = DeskEnv()
+    rows, _ = sft.collect_demos(env, desk_expert, env.tasks("train", 8), max_turns=6)
+
+    # The labels SFTTrainer builds: loss exactly on the assistant turns.
+    model, tok = load_model_and_tokenizer(base_dir)
+    run = Run(cfg, "sft_probe")
+    trainer = SFTTrainer(model=model, args=sft.sft_args(cfg, run), train_dataset=Dataset.from_list(rows),
+                         processing_class=tok)
+    ex = trainer.train_dataset[0]
+    labels = ex.get("labels") or [t if m else -100 for t, m in zip(ex["input_ids"], ex["assistant_masks"])]
+    trained = tok.decode([t for t, lab in zip(ex["input_ids"], labels) if lab != -100])
+    ignored = tok.decode([t for t, lab in zip(ex["input_ids"], labels) if lab == -100])
+    assert "Which city do you mean?" in trained and "<tool_call>" in trained and "inhabitants" in trained
+    assert "<tool_response>" not in trained and "I mean" not in trained and "You run a desk." not in trained
+    assert "<tool_response>" in ignored and "I mean" in ignored
+    assert trained.count("<|im_end|>") == 3  # each assistant turn learns to stop
+
+    # A real short run: loss goes down, model + log + summary written, checkpoint kept.
+    run = Run(cfg, "sft_desk")
+    run_once(run, lambda r: sft.train_sft(cfg, base_dir, rows, r))
+    log = read_log(run.path / "train_log.jsonl")
+    losses = [r["loss"] for r in log if "loss" in r]
+    assert len(losses) == 6 and losses[-1] < losses[0]
+    summary = json.loads((run.path / "train_summary.json").read_text())
+    assert summary["steps"] == 6 and summary["world_size"] == 1 and summary["tokens_per_s"] > 0
+    assert (run.path / "model" / "model.safetensors").exists()
+    assert (run.path / "checkpoints" / "checkpoint-6").is_dir()
+
+    # Resume: a longer run under the same directory continues from checkpoint-6 instead of restarting.
+    cfg2 = tiny_cfg(tmp_path, **{"sft.max_steps": 8, "sft.batch_size": 4, "sft.learning_rate": 3e-3})
+    run2 = Run(cfg2, "sft_desk")
+    run2.path = run.path
+    sft.train_sft(cfg2, base_dir, rows, run2)
+    steps = [r["step"] for r in read_log(run.path / "train_log.jsonl") if "loss" in r]
+    assert steps == [1, 2, 3, 4, 5, 6, 7, 8]
