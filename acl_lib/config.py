@@ -48,6 +48,7 @@ class ModelConfig(_Section):
 class PretrainConfig(_Section):
     enabled: bool = True  # False: the base checkpoint is model.base_model, nothing is trained
     corpus_docs: int = Field(200, ge=1)  # documents drawn from the mini worlds for BPE + pretraining
+    noise: float = Field(0.35, ge=0, le=1)  # probability that a corpus transcript's assistant turn is corrupted
     max_steps: int = Field(20, ge=0)
     batch_size: int = Field(8, ge=1)
     seq_len: int = Field(256, ge=16)
@@ -155,8 +156,11 @@ class Config(_Section):
 
     # --- derived -----------------------------------------------------------------------------------
     def seed_dir(self) -> Path:
-        """``outputs/<profile>/seed<k>``: where every run of this profile and seed lives."""
-        return Path(self.output_dir) / self.profile / f"seed{self.seed}"
+        """``outputs/<profile>/seed<k>``: where every run of this profile and seed lives.
+
+        A relative ``output_dir`` is taken from the project root (so a notebook opened in JupyterLab,
+        whose working directory is ``notebooks/``, writes to the same place as ``acl run``)."""
+        return project_root() / self.output_dir / self.profile / f"seed{self.seed}"
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
@@ -167,6 +171,16 @@ class Config(_Section):
         if sections:
             d = {k: d[k] for k in sections}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The nearest directory at or above ``start`` (default: cwd) holding both ``acl_lib/`` and
+    ``notebooks/``: the suite's checkout. Falls back to ``start`` itself."""
+    start = (start or Path.cwd()).resolve()
+    for d in (start, *start.parents):
+        if (d / "acl_lib").is_dir() and (d / "notebooks").is_dir():
+            return d
+    return start
 
 
 # --- loading -----------------------------------------------------------------------------------------
@@ -203,6 +217,13 @@ def _set_dotted(tree: dict, key: str, value: Any, source: str) -> None:
         last = i == len(parts) - 1
         if last:
             node[part] = value
+        elif getattr(ann, "__origin__", None) is dict and i == len(parts) - 2:
+            # one entry of a dict-valued setting (pipeline.cold_start.math=true): merge into the default
+            current = node.get(part)
+            if not isinstance(current, dict):
+                current = dict(fields[part].get_default(call_default_factory=True) or {})
+            node[part] = {**current, parts[-1]: value}
+            return
         else:
             if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
                 raise ConfigError(f"config key '{key}' (from {source}): '{part}' is a value, not a section")

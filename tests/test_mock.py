@@ -12,8 +12,10 @@ from acl_lib.chat import format_tool_call
 from acl_lib.envs.base import Task, ToolError
 from acl_lib.envs.mock import (
     MOCK_KINDS,
+    MOCK_TOOLS,
     MockEnv,
     MockTools,
+    compact_schemas,
     db_diff,
     db_equal,
     info_said,
@@ -40,6 +42,18 @@ def small_db():
 
 
 # --- tools and helpers ----------------------------------------------------------------------------
+
+
+def test_compact_schemas_change_only_the_prose():
+    names = [s["function"]["name"] for s in MOCK_TOOLS]
+    short = compact_schemas(MOCK_TOOLS, {n: f"Short {n}." for n in names})
+    create, update = short[0]["function"], short[2]["function"]
+    assert create["description"] == "Short create_task." and create["parameters"]["required"] == ["user_id", "title"]
+    assert update["parameters"]["properties"]["status"] == {"type": "string", "enum": ["pending", "completed"]}
+    assert not any("description" in p for s in short for p in s["function"]["parameters"]["properties"].values())
+    assert MOCK_TOOLS[0]["function"]["parameters"]["properties"]["title"]["description"]  # the original is untouched
+    with pytest.raises(KeyError):  # every tool needs its short description
+        compact_schemas(MOCK_TOOLS, {})
 
 
 def test_tools_follow_tau2_semantics():

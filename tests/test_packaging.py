@@ -45,7 +45,9 @@ def test_environment_yml_names_the_same_packages_as_pyproject():
         else:
             conda.append(dep.split("=")[0].split(">")[0].split("<")[0].strip())
     assert set(conda) <= CONDA_TOOLING, f"put Python packages in the pip section: {set(conda) - CONDA_TOOLING}"
-    assert _reqs(pip) == expected, "environment.yml and pyproject.toml (dependencies + gpu + test extras) disagree"
+    got = _reqs(pip)
+    diff = {k: (got.get(k), expected.get(k)) for k in got.keys() | expected.keys() if got.get(k) != expected.get(k)}
+    assert not diff, f"environment.yml vs pyproject.toml (dependencies + gpu + test extras), name: (yml, toml): {diff}"
     assert "vllm" in expected and "deepspeed" in expected and "torch" in expected
 
 

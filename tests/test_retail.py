@@ -22,7 +22,17 @@ from acl_lib.envs.retail import (
     generate_world,
     scripted_expert,
 )
-from acl_lib.envs.retail_db import TOOL_NAMES, TOOL_SCHEMAS, WRITE_TOOLS, RetailDB, RetailTools, run_actions
+from acl_lib.envs.retail_db import (
+    COMPACT_DESCRIPTIONS,
+    TOOL_NAMES,
+    TOOL_SCHEMAS,
+    WRITE_TOOLS,
+    RetailDB,
+    RetailTools,
+    run_actions,
+    tool_schemas,
+)
+from acl_lib.model.chat_template import render_chat
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "tau2"
 
@@ -74,6 +84,37 @@ def test_tool_schemas():
         assert fn["parameters"]["required"] == list(fn["parameters"]["properties"])
         assert all(p["description"] for p in fn["parameters"]["properties"].values())
         assert hasattr(RetailTools, fn["name"])
+
+
+def signature(schema: dict) -> tuple:
+    """What a call must match: name, parameter names with their types (descriptions left out), required."""
+    fn = schema["function"]
+    props = {k: {kk: vv for kk, vv in v.items() if kk != "description"} for k, v in fn["parameters"]["properties"].items()}
+    return fn["name"], json.dumps(props, sort_keys=True), tuple(fn["parameters"]["required"])
+
+
+def test_compact_schemas_keep_the_signatures_and_shrink_the_prose():
+    full, compact = tool_schemas(compact=False), tool_schemas(compact=True)
+    assert full == TOOL_SCHEMAS and full is not TOOL_SCHEMAS  # a copy: callers may not corrupt the reference
+    assert [signature(s) for s in compact] == [signature(s) for s in TOOL_SCHEMAS]
+    assert set(COMPACT_DESCRIPTIONS) == set(TOOL_NAMES)
+    for c in compact:
+        assert c["function"]["description"] == COMPACT_DESCRIPTIONS[c["function"]["name"]]
+        assert "\n" not in c["function"]["description"] and len(c["function"]["description"]) <= 140  # one line
+        assert not any("description" in p for p in c["function"]["parameters"]["properties"].values())
+    assert len(json.dumps(compact)) < len(json.dumps(TOOL_SCHEMAS)) / 2
+
+
+def test_mini_prompt_is_compact_and_paper_prompt_is_the_reference():
+    mini = RetailEnv(seed=0).tasks("test", 3)
+    paper = RetailEnv(WorldsConfig(data_dir=str(FIXTURE))).tasks("test", 3)
+    assert all(t.tools == tool_schemas(compact=True) for t in mini)
+    assert all(t.tools == TOOL_SCHEMAS for t in paper)
+    sizes = [len(render_chat(t.initial_messages(), tools=t.tools, add_generation_prompt=True)) for t in mini]
+    # 16 signatures alone render to ~4.7k characters; the full schemas and policy to ~13k
+    assert max(sizes) < 7000, sizes
+    full = render_chat(mini[0].initial_messages(), tools=TOOL_SCHEMAS, add_generation_prompt=True)
+    assert len(full) > 12000
 
 
 # --- read tools -----------------------------------------------------------------------------------
@@ -271,7 +312,7 @@ def test_tasks_deterministic_disjoint_serialisable():
     for t in train + test:
         d = json.loads(json.dumps(t.to_dict()))
         assert Task.from_dict(d) == t
-        assert t.tools == TOOL_SCHEMAS and t.system_prompt == env.policy and t.domain == "retail"
+        assert t.tools == tool_schemas(compact=True) and t.system_prompt == env.policy and t.domain == "retail"
         assert t.benchmark == "retail"
         ins = t.meta["user_scenario"]["instructions"]
         assert {"task_instructions", "reason_for_call", "known_info", "unknown_info"} <= set(ins)

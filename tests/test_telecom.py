@@ -9,7 +9,18 @@ from hypothesis import strategies as st
 
 from acl_lib.chat import format_tool_call
 from acl_lib.envs.base import Task, ToolError
-from acl_lib.envs.telecom import TELECOM_KINDS, TELECOM_TOOLS, TelecomEnv, TelecomTools, scripted_expert
+from acl_lib.config import WorldsConfig
+from acl_lib.envs.telecom import (
+    COMPACT_SYSTEM_PROMPT,
+    SYSTEM_PROMPT,
+    TELECOM_KINDS,
+    TELECOM_TOOLS,
+    TELECOM_TOOLS_COMPACT,
+    TelecomEnv,
+    TelecomTools,
+    scripted_expert,
+)
+from acl_lib.model.chat_template import render_chat
 
 
 def drive(env, task, policy, max_turns=10):
@@ -27,6 +38,23 @@ def test_tool_list():
     assert [s["function"]["name"] for s in TELECOM_TOOLS] == [
         "get_customer_by_phone", "get_line_details", "get_data_usage", "check_network_status", "get_bills",
         "enable_roaming", "reset_apn", "refuel_data", "pay_bill", "resume_line", "transfer_to_human_agents"]
+
+
+def test_mini_prompt_is_compact_with_the_same_signatures():
+    def signature(s):
+        fn = s["function"]
+        props = {k: {kk: vv for kk, vv in v.items() if kk != "description"} for k, v in fn["parameters"]["properties"].items()}
+        return fn["name"], json.dumps(props, sort_keys=True), fn["parameters"]["required"]
+
+    assert [signature(s) for s in TELECOM_TOOLS_COMPACT] == [signature(s) for s in TELECOM_TOOLS]
+    assert all(s["function"]["description"] for s in TELECOM_TOOLS_COMPACT)
+    mini = TelecomEnv(seed=0).tasks("test", 6)
+    paper = TelecomEnv(WorldsConfig(data_dir="/unused"), seed=0).tasks("test", 6)
+    assert all(t.tools == TELECOM_TOOLS_COMPACT and t.system_prompt == COMPACT_SYSTEM_PROMPT for t in mini)
+    assert all(t.tools == TELECOM_TOOLS and t.system_prompt == SYSTEM_PROMPT for t in paper)
+    assert [t.answer for t in mini] == [t.answer for t in paper]  # the same tasks, only the prose differs
+    size = lambda t: len(render_chat(t.initial_messages(), tools=t.tools, add_generation_prompt=True))  # noqa: E731
+    assert max(map(size, mini)) < 3300 < 4500 < min(map(size, paper))
 
 
 def test_tools_and_preconditions():

@@ -21,7 +21,7 @@ def _params(extra: str = "") -> nbformat.NotebookNode:
     src = (
         'profile = "smoke"  # smoke | mini | paper\n'
         "seed = 0  # training seed (the worlds and benchmarks are fixed by worlds.seed)\n"
-        "overrides = []  # config overrides, e.g. [\"grpo.max_steps=10\", \"pipeline.curriculum=[if,math,search,ecom]\"]\n"
+        "overrides = []  # dotted config overrides: key, equals sign, YAML value (see: acl config --help)\n"
         + extra
     )
     cell = new_code_cell(src)
@@ -44,6 +44,54 @@ def _cmd(name: str, extra: str = "") -> str:
         f"-p profile mini -p seed 0{extra}\n```\n"
         f"or, with every notebook and seed: `acl run --profile mini --seeds 0 1 2 --only {name[:2]}`."
     )
+
+
+BASE_MD = """# 00 · Base model
+
+**What this step is in the study.** Every stage of the curriculum (Math -> Search -> E-commerce -> IF), every
+oracle and every consolidation starts from one *base checkpoint*. In the study that is **Qwen3-8B-Base**, used
+as released: with `profile = "paper"` this notebook records the hub id and scores it; it trains nothing.
+
+In the `mini` and `smoke` profiles it **builds the base here**, imitating a web-pretrained base that has seen
+text of every kind but never our benchmarks:
+1. a corpus of chat-rendered transcripts of a *noisy* scripted expert on the four training worlds' train
+   splits (a fraction `pretrain.noise` of assistant turns corrupted) plus the search world's documents
+   (`acl_lib/corpus.py`); nothing from test tasks or OOD domains;
+2. a byte-level BPE tokenizer trained on it, with the Qwen3 chat convention (`<|im_start|>`, `<|im_end|>`,
+   `<tool_call>`, `<tool_response>`, `<think>`) and the response template TRL parses tool calls with;
+3. a small Qwen3-architecture model sized by `cfg.model`, pretrained with a causal-LM loss (HF `Trainer`,
+   through the launcher: in-process here, DeepSpeed when `launcher.mode` says so);
+4. the base scored on the whole suite (`metrics.json`).
+
+Output: `outputs/<profile>/seed<k>/base/` with `model/`, `init/`, `base.json`, `train_log.jsonl`,
+`metrics.json`, `records/`. A complete run with the same `model` / `pretrain` / `worlds` config is skipped.
+
+```bash
+papermill notebooks/00_base_model.ipynb papermill_runs/mini/seed0/00_base_model.ipynb -p profile mini -p seed 0
+```
+or `acl run --profile mini --seeds 0 --only 00`.
+"""
+
+BASE_LOAD = 'import torch\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\ntokenizer = AutoTokenizer.from_pretrained(base)\nmodel = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, cfg.model.dtype))\nprint(f"{type(model).__name__}: {sum(p.numel() for p in model.parameters()):,} parameters, vocabulary {len(tokenizer)}")\n\nprompt = tokenizer.apply_chat_template(\n    [{"role": "user", "content": "What is 12 + 30?"}], add_generation_prompt=True, return_tensors="pt", return_dict=True\n)\ntorch.manual_seed(cfg.seed)\nout = model.generate(**prompt, max_new_tokens=cfg.eval.max_new_tokens, do_sample=False)\nprint(tokenizer.decode(out[0]))'
+
+
+def base_notebook() -> nbformat.NotebookNode:
+    nb = new_notebook()
+    nb.cells = [
+        new_markdown_cell(BASE_MD),
+        _params(),
+        _setup(),
+        new_code_cell("from acl_lib.model import build_base\n\nbase = build_base(cfg)  # a hub id (paper) or outputs/<profile>/seed<k>/base/model\nprint((cfg.seed_dir() / 'base' / 'base.json').read_text())"),
+        new_code_cell("# Pretraining loss of the base (mini, smoke)\nreport.training_curves(cfg.seed_dir() / 'base')"),
+        new_code_cell(
+            "# The base's scores on the whole suite, beside the study's base (Qwen3-8B-Base)\n"
+            "scores = report.load_scores(cfg.seed_dir(), ['base'])\n"
+            "print(report.format_matrix(scores, report.paper_results()['sequential']))"
+        ),
+        new_markdown_cell("## Load the checkpoint back\n\nThe same `AutoTokenizer` / `AutoModelForCausalLM` calls load Qwen3-8B-Base in the `paper` profile. A greedy sample shows what the base writes."),
+        new_code_cell(BASE_LOAD),
+    ]
+    return nb
 
 
 def stage_notebook(index: int) -> nbformat.NotebookNode:
@@ -136,6 +184,9 @@ def main() -> None:
     out = ROOT / "notebooks"
     out.mkdir(exist_ok=True)
     kernel = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nb = base_notebook()
+    nb.metadata["kernelspec"] = kernel
+    nbformat.write(nb, out / "00_base_model.ipynb")
     for i in range(1, 5):
         nb = stage_notebook(i)
         nb.metadata["kernelspec"] = kernel

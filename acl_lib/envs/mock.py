@@ -31,8 +31,8 @@ equals the one produced by replaying the gold actions on a fresh copy (``DB``), 
 called with its compared arguments (``ACTION``), the env assertions hold (``ENV_ASSERTION``), every
 ``communicate_info`` string appears in an assistant message (``COMMUNICATE``). 1.0 or 0.0.
 
-The first half of this module is the generic "desk" machinery (``Toolkit``, ``replay_actions``,
-``db_diff``, ``DeskEpisode``, ``planned_turn``) that ``telecom.py`` reuses.
+The first half of this module is the generic "desk" machinery (``Toolkit``, ``compact_schemas``,
+``replay_actions``, ``db_diff``, ``DeskEpisode``, ``planned_turn``) that ``telecom.py`` reuses.
 """
 
 from __future__ import annotations
@@ -84,6 +84,21 @@ TRANSFER_SCHEMA = function_schema(
     "or the request cannot be handled with the policy and tools.",
     {"summary": {"type": "string", "description": "A summary of the user's issue."}},
 )
+
+
+def compact_schemas(schemas: list[dict], descriptions: dict[str, str]) -> list[dict]:
+    """Copies of ``schemas`` with the same signatures (names, parameter names, types, enums, required
+    lists) but ``descriptions[name]`` as each function's description and no parameter descriptions.
+
+    For the mini worlds: their small models see every schema in every prompt, so prose is kept short.
+    """
+    out = copy.deepcopy(schemas)
+    for schema in out:
+        fn = schema["function"]
+        fn["description"] = descriptions[fn["name"]]
+        for prop in fn["parameters"]["properties"].values():
+            prop.pop("description", None)
+    return out
 
 
 def replay_actions(toolkit_cls: type[Toolkit], db: dict, actions: list[dict]) -> dict:

@@ -8,7 +8,11 @@ answers detail questions, says "yes" to a confirmation and ends with ``###STOP##
 order status / order total (read-only, scored by ``communicate_info``), cancel, modify order address,
 modify user address, modify payment, modify items, return, exchange. Difficulty 1-5 grows with the kind,
 identification by name + zip instead of email, and details the user only gives when asked. Train and
-test tasks concern disjoint sets of users, so they never overlap.
+test tasks concern disjoint sets of users, so they never overlap. The agent sees a short policy
+(``MINI_POLICY``) and the compact tool schemas (``retail_db.tool_schemas(compact=True)``: the same 16
+signatures, one-line descriptions), so the prompt fits a small model's context.
+
+Paper profile: the real ``policy.md`` and the reference's full tool schemas.
 
 Paper profile (``worlds.data_dir`` set): ``<data_dir>/retail/{db.json,tasks.json,split_tasks.json,policy.md}``
 (the layout of ``shared/fixtures/tau2``). The real tasks describe their user in prose for an LLM user
@@ -39,27 +43,27 @@ from acl_lib.chat import format_tool_call
 from acl_lib.config import ConfigError, WorldsConfig
 from acl_lib.envs.base import Environment, Task, ToolEpisode
 from acl_lib.envs.retail_db import (
-    TOOL_SCHEMAS,
     WRITE_TOOLS,
     RetailDB,
     RetailTools,
     record,
     replay,
     run_actions,
+    tool_schemas,
 )
 from acl_lib.envs.usersim import STOP, RuleUser
 
+# The mini worlds' policy: what the compact tool descriptions (retail_db.COMPACT_DESCRIPTIONS) do not say.
 MINI_POLICY = """# Retail agent policy
 
-You are a customer service agent of an online store. You can help users cancel or modify pending orders, return or exchange delivered orders, modify their default address, and give information about their own profile, orders and products.
+You are a customer service agent of an online store. You help the user with their own profile, orders and products.
 
-- Authenticate the user first: find their user id by email, or by first name + last name + zip code. Do this even if the user gives a user id.
-- Help only the authenticated user, with their own orders.
-- Before any action that changes the database (cancel, modify, return, exchange, address change), list the action details and get an explicit "yes" from the user.
-- Make at most one tool call per turn; when you call a tool, do not also reply to the user.
-- Do not make up information; use the tools. Deny requests against this policy. Transfer to a human agent only if the request cannot be handled with your tools.
-
-Orders: status pending, processed, delivered or cancelled. Only pending orders can be cancelled (reason 'no longer needed' or 'ordered by mistake') or modified (address, payment method, item options of the same product). Modifying items can be done once and needs a payment method for the price difference. Only delivered orders can be returned (refund to the original payment method or a gift card) or exchanged (to available items of the same product). A gift card must have enough balance to pay. Product ids and item ids are different things.
+- First authenticate the user: find their user id by email, or by name and zip code, even if they give a user id.
+- Help only that user, with their own orders.
+- Before any change to the database, state its details and get an explicit "yes".
+- At most one tool call per turn, with no reply to the user in that turn.
+- Use the tools; never make up information. Deny requests against this policy.
+- Only pending orders can be cancelled or modified; only delivered orders can be returned or exchanged. A gift card must have enough balance to pay.
 """
 
 # --- mini world generation ------------------------------------------------------------------------
@@ -380,8 +384,10 @@ def generate_tasks(db: dict, world_seed: int, split: str, n: int, seed: int = 0)
 # --- environment ----------------------------------------------------------------------------------
 
 
-def to_task(t: dict, benchmark: str | None, system_prompt: str, world_seed: int | None, source: str) -> Task:
-    """Our ``Task`` from a tau2 task dict. The verifier's data go to ``answer``, the rest to ``meta``."""
+def to_task(t: dict, benchmark: str | None, system_prompt: str, world_seed: int | None, source: str,
+            tools: list[dict]) -> Task:
+    """Our ``Task`` from a tau2 task dict. The verifier's data go to ``answer``, the rest to ``meta``;
+    ``tools`` are the schemas the agent sees (``retail_db.tool_schemas``)."""
     criteria = t.get("evaluation_criteria") or {}
     scenario = t.get("scenario")
     instructions = (t.get("user_scenario") or {}).get("instructions") or {}
@@ -395,7 +401,7 @@ def to_task(t: dict, benchmark: str | None, system_prompt: str, world_seed: int 
         benchmark=benchmark or "retail",
         system_prompt=system_prompt,
         user_prompt=user_prompt,
-        tools=TOOL_SCHEMAS,
+        tools=tools,
         answer={"actions": criteria.get("actions") or [], "communicate_info": criteria.get("communicate_info") or [],
                 "reward_basis": criteria.get("reward_basis"), "scenario": scenario},
         meta={"source": source, "world_seed": world_seed, "tau2_id": t["id"], "kind": (t.get("description") or {}).get("purpose"),
@@ -426,6 +432,8 @@ class RetailEnv(Environment):
             self.policy = (root / "policy.md").read_text()
         else:
             self.policy = MINI_POLICY
+        # Same signatures at both scales; the mini worlds' small models get the short descriptions.
+        self.tool_schemas = tool_schemas(compact=not self.data_dir)
 
     def world(self, world_seed: int | None = None) -> dict:
         """The database dict (tau2 schema) of a world: the real one in the paper profile."""
@@ -443,9 +451,9 @@ class RetailEnv(Environment):
             if n < len(ids):  # a seeded sample, kept in the split file's order
                 chosen = set(random.Random(f"retail-paper:{split}:{seed}").sample(ids, n))
                 ids = [i for i in ids if i in chosen]
-            return [to_task(self._paper_tasks[i], bench, self.policy, None, "tau2") for i in ids]
+            return [to_task(self._paper_tasks[i], bench, self.policy, None, "tau2", self.tool_schemas) for i in ids]
         raw = generate_tasks(self.world(), self.seed, split, n, seed)
-        return [to_task(t, bench, self.policy, self.seed, "mini") for t in raw]
+        return [to_task(t, bench, self.policy, self.seed, "mini", self.tool_schemas) for t in raw]
 
     def start(self, task: Task, max_turns: int = 16) -> "RetailEpisode":
         scenario = (task.answer or {}).get("scenario")

@@ -11,6 +11,9 @@ effects and error messages of ``shared/fixtures/tau2/RETAIL_TOOLS.md``. A failed
 before the first write. Each tool also rejects argument values of the wrong type with a ``ToolError``,
 so a tool never raises anything else, whatever it is given.
 
+``tool_schemas(compact)`` gives the 16 OpenAI schemas: the reference's wording (paper profile), or the
+same signatures with one-line descriptions (mini worlds, ``compact=True``).
+
 ``replay(db_dict, task_dict)`` runs a task's gold actions on a fresh copy of a database and reports
 which actions raised and which orders and users they changed (the gold end state a task is scored on).
 """
@@ -188,7 +191,8 @@ _ADDRESS_PROPS = {
     "zip": _s("The zip code, such as '12345'."),
 }
 
-# OpenAI function schemas of the 16 tools, in the reference's alphabetical order.
+# OpenAI function schemas of the 16 tools, in the reference's alphabetical order and wording (the paper
+# profile's; ``tool_schemas(compact=True)`` gives the mini worlds' short form of the same signatures).
 TOOL_SCHEMAS: list[dict] = [
     function_schema(
         "calculate",
@@ -296,6 +300,48 @@ TOOL_SCHEMAS: list[dict] = [
         {"summary": _s("A summary of the user's issue.")},
     ),
 ]
+
+# One line per tool for the mini worlds, whose small models see the tools in every prompt: the 16 full
+# schemas are ~11k characters of JSON, the compact ones ~5.3k, of which ~4.3k is the bare signatures. A
+# compact schema keeps the tool's name, parameter names, types and required list (the same signature, so
+# the same calls are valid); only the prose shrinks: this one-line description, no parameter descriptions.
+COMPACT_DESCRIPTIONS: dict[str, str] = {
+    "calculate": "Evaluate an arithmetic expression (+ - * / and parentheses).",
+    "cancel_pending_order": "Cancel a pending order. reason: 'no longer needed' or 'ordered by mistake'.",
+    "exchange_delivered_order_items": "Exchange items of a delivered order for available items of the same "
+                                      "product; payment_method_id pays the difference.",
+    "find_user_id_by_email": "Find a user id by email.",
+    "find_user_id_by_name_zip": "Find a user id by first name, last name and zip code.",
+    "get_item_details": "Get an item by item id (not a product id).",
+    "get_order_details": "Get an order by id (like '#W1234567').",
+    "get_product_details": "Get a product and its items by product id.",
+    "get_user_details": "Get a user's profile, payment methods and orders.",
+    "list_all_product_types": "List all product names and product ids.",
+    "modify_pending_order_address": "Change the shipping address of a pending order.",
+    "modify_pending_order_items": "Change items of a pending order to available items of the same product, once "
+                                  "per order; payment_method_id pays or gets the difference.",
+    "modify_pending_order_payment": "Pay a pending order with another payment method.",
+    "modify_user_address": "Change a user's default address.",
+    "return_delivered_order_items": "Return items of a delivered order; refund to the original payment method or "
+                                    "a gift card.",
+    "transfer_to_human_agents": "Transfer the user to a human agent, with a summary, if the request cannot be "
+                                "handled.",
+}
+
+
+def tool_schemas(compact: bool = False) -> list[dict]:
+    """The 16 OpenAI function schemas (a fresh copy): the reference's wording, or with ``compact=True``
+    the same signatures with ``COMPACT_DESCRIPTIONS`` and no parameter descriptions (mini worlds)."""
+    out = json.loads(json.dumps(TOOL_SCHEMAS))
+    if compact:
+        for schema in out:
+            fn = schema["function"]
+            fn["description"] = COMPACT_DESCRIPTIONS[fn["name"]]
+            for prop in fn["parameters"]["properties"].values():
+                prop.pop("description", None)
+    return out
+
+
 TOOL_NAMES = [s["function"]["name"] for s in TOOL_SCHEMAS]
 _SCHEMA_BY_NAME = {s["function"]["name"]: s for s in TOOL_SCHEMAS}
 WRITE_TOOLS = frozenset({

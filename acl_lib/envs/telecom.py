@@ -36,6 +36,7 @@ from acl_lib.envs.mock import (
     DeskEpisode,
     Toolkit,
     ask_auth,
+    compact_schemas,
     ask_detail,
     planned_turn,
     replay_actions,
@@ -77,6 +78,24 @@ TELECOM_TOOLS = [
     function_schema("resume_line", "Resume a suspended line (no overdue bills may remain).", dict(_LINE)),
     TRANSFER_SCHEMA,
 ]
+
+
+# The mini worlds' short form of the same signatures (``compact_schemas``): each line also says which
+# problem a fix is for, so that ``COMPACT_SYSTEM_PROMPT`` need not repeat it.
+COMPACT_DESCRIPTIONS: dict[str, str] = {
+    "get_customer_by_phone": "Customer and line id of a phone number.",
+    "get_line_details": "Line status, plan, roaming, APN, area.",
+    "get_data_usage": "Data used and left, in GB.",
+    "check_network_status": "Outages in an area (for slow data).",
+    "get_bills": "A customer's bills.",
+    "enable_roaming": "Turn on roaming (for no data abroad).",
+    "reset_apn": f"Reset APN to '{DEFAULT_APN}' (for no data at home, data left).",
+    "refuel_data": f"Add gb (at most {MAX_REFUEL_GB:g}) to a used-up line, at the plan's price per GB.",
+    "pay_bill": "Pay a bill.",
+    "resume_line": "Resume a suspended line (pay overdue bills first).",
+    "transfer_to_human_agents": "Hand over to a human (e.g. number porting), with a summary.",
+}
+TELECOM_TOOLS_COMPACT = compact_schemas(TELECOM_TOOLS, COMPACT_DESCRIPTIONS)
 
 
 class TelecomTools(Toolkit):
@@ -193,6 +212,12 @@ SYSTEM_PROMPT = (
     "Ask the customer for what you need; when the problem is solved, tell the customer.\n\n" + POLICY
 )
 
+# The mini worlds' system prompt: the policy's rules 3-8 are in COMPACT_DESCRIPTIONS.
+COMPACT_SYSTEM_PROMPT = (
+    "You are a mobile support agent. Identify the customer by phone number first. Before a change or charge, "
+    "state it and its price and get a yes. Tell any price, fix time or amount paid."
+)
+
 # --- generator ------------------------------------------------------------------------------------
 
 FIRST = ["Alba", "Bo", "Cyd", "Dara", "Emre", "Fenna", "Gil", "Hugo", "Iris", "Jon", "Kira", "Luis",
@@ -305,7 +330,12 @@ def _gen_task(rng: random.Random, kind: str, split: str) -> tuple[dict, list[dic
 
 
 class TelecomEnv(Environment):
-    """The telecom-like troubleshooting desk (OOD). Generated at every scale (there is no real data)."""
+    """The telecom-like troubleshooting desk (OOD). Generated at every scale (there is no real data).
+
+    Mini worlds (``worlds.data_dir`` empty) show the agent ``COMPACT_SYSTEM_PROMPT`` and
+    ``TELECOM_TOOLS_COMPACT``; the paper profile shows the full ``SYSTEM_PROMPT`` and ``TELECOM_TOOLS``.
+    Tools, tasks and rewards are the same.
+    """
 
     name = "telecom"
 
@@ -313,6 +343,9 @@ class TelecomEnv(Environment):
         self.worlds = worlds
         self.seed = seed
         self.splits: dict[str, str | None] = {"test": "telecom", "train": None}
+        compact = not (worlds is not None and worlds.data_dir)
+        self.system_prompt = COMPACT_SYSTEM_PROMPT if compact else SYSTEM_PROMPT
+        self.tool_schemas = TELECOM_TOOLS_COMPACT if compact else TELECOM_TOOLS
 
     def tasks(self, split: str, n: int, seed: int = 0) -> list[Task]:
         if split not in self.splits:
@@ -330,8 +363,8 @@ class TelecomEnv(Environment):
             answer = {"db": db, "actions": actions, "scenario": scenario, "communicate_info": info,
                       "env_assertions": [], "reward_basis": basis}
             out.append(Task(id=f"telecom-{split}-w{self.seed}-s{seed}-{i}", domain="telecom", benchmark="telecom",
-                            system_prompt=SYSTEM_PROMPT, user_prompt=scenario["request"],
-                            tools=copy.deepcopy(TELECOM_TOOLS), answer=answer, meta={**meta, "source": "generated"}))
+                            system_prompt=self.system_prompt, user_prompt=scenario["request"],
+                            tools=copy.deepcopy(self.tool_schemas), answer=answer, meta={**meta, "source": "generated"}))
         return out
 
     def start(self, task: Task, max_turns: int = 16) -> TelecomEpisode:

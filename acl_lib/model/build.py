@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import time
@@ -172,49 +171,11 @@ def placeholder_corpus(n: int, seed: int = 0) -> list[str]:
     return docs
 
 
-def world_environments(cfg: Config) -> list[tuple]:
-    """``[(name, env, scripted_expert), ...]`` for every environment of ``acl_lib.envs.ENVIRONMENTS`` whose
-    module exists (the worlds are being written one by one). Errors inside an existing module propagate."""
-    from acl_lib.envs import ENVIRONMENTS, make_env, scripted_expert
-
-    found = []
-    for name, target in ENVIRONMENTS.items():
-        if importlib.util.find_spec(target.split(":")[0]) is None:
-            continue  # not written yet
-        found.append((name, make_env(name, cfg.worlds, seed=cfg.worlds.seed), scripted_expert(name)))
-    return found
-
-
-def expert_transcript(env, expert, task, max_turns: int) -> str:
-    """Drive one episode with the scripted expert and render the conversation with the chat template."""
-    episode = env.start(task, max_turns=max_turns)
-    while not episode.done:
-        episode.step(expert(task, episode.messages))
-    return render_chat(episode.messages, tools=task.tools)
-
-
 def base_corpus(cfg: Config) -> list[str]:
-    """``cfg.pretrain.corpus_docs`` chat-rendered documents for the tokenizer (and base pretraining)."""
-    return _corpus_and_sources(cfg)[0]
+    """The documents the tokenizer is trained on and the base is pretrained on (see ``acl_lib.corpus``)."""
+    from acl_lib.corpus import base_corpus as corpus
 
-
-def _corpus_and_sources(cfg: Config) -> tuple[list[str], list[str]]:
-    """The corpus and the names of the sources it came from.
-
-    Scripted-expert transcripts of training tasks from every mini-world environment that exists, an equal
-    share each (drawn with a seed offset so they differ from the RL training tasks); while no environment
-    exists yet, ``placeholder_corpus``.
-    """
-    n = cfg.pretrain.corpus_docs
-    worlds = world_environments(cfg)
-    if not worlds:
-        return placeholder_corpus(n, seed=cfg.seed), ["placeholder"]
-    docs: list[str] = []
-    for i, (_, env, expert) in enumerate(worlds):
-        share = n // len(worlds) + (1 if i < n % len(worlds) else 0)
-        for task in env.tasks("train", share, seed=cfg.seed + 1000):
-            docs.append(expert_transcript(env, expert, task, cfg.eval.max_turns))
-    return docs, [name for name, _, _ in worlds]
+    return corpus(cfg)[0]
 
 
 # --- the pipeline step ---------------------------------------------------------------------------------
@@ -243,19 +204,34 @@ def build_base(cfg: Config) -> str:
     run = Run(cfg, "base", sections=BASE_SECTIONS)
 
     def step(run) -> None:
+        from acl_lib.corpus import base_corpus as corpus_with_counts
+        from acl_lib.eval.harness import evaluate
+        from acl_lib.train.launcher import launch
+
         if cfg.model.base_model:
             run.write_json("base.json", {"base_model": cfg.model.base_model, "built_here": False})
+            evaluate(cfg, cfg.model.base_model, run.path, suites="all")
             return
         torch.manual_seed(cfg.seed)
         t0 = time.perf_counter()
-        corpus, sources = _corpus_and_sources(cfg)
+        corpus, sources = corpus_with_counts(cfg)
         t1 = time.perf_counter()
         tokenizer = train_tokenizer(corpus, cfg.model.vocab_size, model_max_length=cfg.model.max_position_embeddings)
         t2 = time.perf_counter()
         model = build_model(cfg.model, tokenizer)
-        t3 = time.perf_counter()
-        with run.atomic_dir("model") as tmp:
+        # The initialised model (what pretraining starts from) is kept beside the pretrained one.
+        with run.atomic_dir("init") as tmp:
             save(model, tokenizer, tmp)
+        t3 = time.perf_counter()
+        if cfg.pretrain.enabled and cfg.pretrain.max_steps > 0:
+            corpus_file = run.path / "corpus.jsonl"
+            with open(corpus_file, "w") as f:
+                for doc in corpus:
+                    f.write(json.dumps({"text": doc}) + "\n")
+            launch(cfg, "pretrain", run, model_dir=str(run.path / "init"), corpus=str(corpus_file))
+        else:
+            with run.atomic_dir("model") as tmp:
+                save(model, tokenizer, tmp)
         t4 = time.perf_counter()
         # Token counts straight from the Rust tokenizer (batched; no max-length warnings for long episodes).
         lengths = [len(e.ids) for e in tokenizer.backend_tokenizer.encode_batch(corpus)]
@@ -269,10 +245,11 @@ def build_base(cfg: Config) -> str:
             "corpus_chars": sum(len(d) for d in corpus),
             "corpus_tokens": sum(lengths),
             "corpus_max_doc_tokens": max(lengths),
-            "seconds": {"corpus": t1 - t0, "tokenizer": t2 - t1, "model": t3 - t2, "save": t4 - t3},
+            "seconds": {"corpus": t1 - t0, "tokenizer": t2 - t1, "model": t3 - t2, "pretrain": t4 - t3},
         }
         run.write_json("base.json", info)
         run.logger.info("base model: %s", info)
+        evaluate(cfg, str(run.path / "model"), run.path, suites="all")
 
     run_once(run, step)
     return base_checkpoint(cfg)

@@ -1,0 +1,114 @@
+"""The base pretraining corpus of the small profiles, drawn from the four training worlds.
+
+A web-pretrained base (the study's Qwen3-8B-Base) has seen text of every kind, right and wrong, but was
+never trained on our benchmarks. The mini base imitates that:
+
+- only the *training* worlds (math, search, retail, instruct) and only their ``train`` splits: no test
+  task, and nothing from the OOD domains (mock, telecom, multiple-choice sets, unseen IF constraints);
+- chat-rendered transcripts of a *noisy* scripted expert: each assistant turn is, with probability
+  ``pretrain.noise``, corrupted (a digit changed in a tool argument or an answer, an answer swapped for
+  another task's, a single-turn solution replaced by a plausible wrong one). Tools and users answer the
+  corrupted turn for real, so errors and their consequences are in the corpus too;
+- the search world's knowledge documents as plain text.
+
+So the base starts with the formats and some skill, low but not zero (measured, not assumed: see the
+base run's ``metrics.json``).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Callable
+
+from acl_lib.config import Config
+from acl_lib.envs import STAGE_ENV, make_env, scripted_expert
+from acl_lib.envs.base import Task
+
+_DIGIT = re.compile(r"\d")
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
+
+
+def corrupt_turn(text: str, rng: random.Random, pool: list[str]) -> str:
+    """A plausible wrong version of one assistant turn (never the same text when it can be helped)."""
+    digits = [m.start() for m in _DIGIT.finditer(text)]
+    tags = list(_ANSWER_TAG.finditer(text))
+    if tags and pool and rng.random() < 0.5:
+        other = [m.group(1) for p in pool for m in _ANSWER_TAG.finditer(p) if m.group(1) != tags[-1].group(1)]
+        if other:
+            m = tags[-1]
+            return text[: m.start(1)] + rng.choice(other) + text[m.end(1):]
+    if digits:
+        i = rng.choice(digits)
+        new = rng.choice([d for d in "0123456789" if d != text[i]])
+        return text[:i] + new + text[i + 1:]
+    others = [p for p in pool if p != text]
+    return rng.choice(others) if others else text
+
+
+def noisy(expert: Callable[[Task, list[dict]], str], noise: float, rng: random.Random,
+          wrong_solutions: dict[str, str] | None = None) -> Callable:
+    """Wrap a scripted expert: each turn is corrupted with probability ``noise``.
+
+    ``wrong_solutions`` (task id -> text), where given, is the corrupted turn of a single-turn task: a
+    plausible wrong solution (a digit flip would often leave an inconsistent but "right" answer line).
+    """
+    pool: list[str] = []
+    wrong_solutions = wrong_solutions if wrong_solutions is not None else {}
+
+    def policy(task: Task, messages: list[dict]) -> str:
+        text = expert(task, messages)
+        pool.append(text)
+        del pool[:-64]
+        if rng.random() < noise:
+            wrong = wrong_solutions.get(task.id)
+            text = wrong if wrong is not None else corrupt_turn(text, rng, pool)
+        return text
+
+    return policy
+
+
+def transcript(env, policy, task: Task, max_turns: int) -> list[dict]:
+    """Play one episode with ``policy``; returns the messages."""
+    episode = env.start(task, max_turns=max_turns)
+    while not episode.done:
+        episode.step(policy(task, episode.messages))
+    return episode.messages
+
+
+def base_corpus(cfg: Config) -> tuple[list[str], dict[str, int]]:
+    """``(documents, counts per source)``: about ``cfg.pretrain.corpus_docs`` chat-rendered documents.
+
+    Tasks are drawn with the world seed plus an offset, so they are not the tasks RL trains on later
+    (both come from the ``train`` split; test and OOD tasks never appear).
+    """
+    from acl_lib.model.chat_template import render_chat
+
+    rng = random.Random(cfg.seed * 7919 + 17)
+    n = cfg.pretrain.corpus_docs
+    envs = list(dict.fromkeys(STAGE_ENV.values()))
+    docs: list[str] = []
+    counts: dict[str, int] = {}
+    search_env = None
+    for i, name in enumerate(envs):
+        env = make_env(name, cfg.worlds, seed=cfg.worlds.seed)
+        if name == "search":
+            search_env = env
+        wrong: dict[str, str] = {}
+        policy = noisy(scripted_expert(name), cfg.pretrain.noise, rng, wrong)
+        share = n // len(envs) + (1 if i < n % len(envs) else 0)
+        tasks = env.tasks("train", share, seed=cfg.worlds.seed + 1000 + cfg.seed)
+        module = __import__(type(env).__module__, fromlist=["_"])
+        wrong_fn = getattr(module, "wrong_solution_text", None)
+        for task in tasks:
+            if wrong_fn is not None and not task.tools:
+                wrong[task.id] = wrong_fn(task, rng)
+            messages = transcript(env, policy, task, cfg.eval.max_turns)
+            docs.append(render_chat(messages, tools=task.tools or None))
+        counts[name] = len(tasks)
+    if search_env is not None:
+        knowledge = [d["contents"] for d in search_env.documents]
+        docs.extend(knowledge)
+        counts["search_documents"] = len(knowledge)
+    rng.shuffle(docs)
+    return docs, counts

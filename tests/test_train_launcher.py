@@ -1,0 +1,108 @@
+"""The launcher: DeepSpeed configs that DeepSpeed itself accepts, multi-node scripts, and a real 2-process
+ZeRO-2 job on CPU.
+
+The first multi-process DeepSpeed job on a machine JIT-builds DeepSpeed's shared-memory comm op for the CPU
+accelerator (about 5 minutes on 2 cores, cached in ~/.cache/torch_extensions); later runs take ~40 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+
+from acl_lib.config import load_config
+from acl_lib.train import launcher
+from test_train_kit import DeskEnv, base_dir, desk_expert, tiny_cfg  # noqa: F401  (fixture)
+
+torch.set_num_threads(1)
+
+
+def _autos(tree) -> list:
+    if isinstance(tree, dict):
+        return [a for v in tree.values() for a in _autos(v)]
+    return [tree] if tree == "auto" else []
+
+
+@pytest.mark.parametrize("zero_stage,bf16", [(2, False), (3, True)])
+def test_deepspeed_configs_pass_deepspeeds_validation(zero_stage, bf16, tmp_path, monkeypatch):
+    """transformers fills the 'auto' values from the TrainingArguments, then DeepSpeed's own config class
+    (pydantic models, extra keys forbidden) parses the result."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from transformers import Qwen3Config, Qwen3ForCausalLM, TrainingArguments
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    cfg = tiny_cfg(tmp_path, **{"launcher.zero_stage": zero_stage})
+    path = launcher.deepspeed_config(cfg)
+    args = TrainingArguments(output_dir=str(tmp_path / "x"), per_device_train_batch_size=4,
+                             gradient_accumulation_steps=2, bf16=bf16, use_cpu=True, report_to="none")
+    hf = HfTrainerDeepSpeedConfig(str(path))
+    hf.trainer_config_process(args)
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, head_dim=16))
+    hf.trainer_config_finalize(args, model, num_training_steps=10)
+    assert _autos(hf.config) == []
+    ds = DeepSpeedConfig(hf.config)
+    assert ds.zero_optimization_stage == zero_stage
+    assert ds.train_batch_size == 8 and ds.bfloat16_config.enabled is bf16
+    if zero_stage == 3:
+        assert ds.zero_config.gather_16bit_weights_on_model_save
+    # The validation is real: a misspelt ZeRO key is refused.
+    broken = dict(hf.config, zero_optimization={**hf.config["zero_optimization"], "stage3_prefetch_bucketsize": 1})
+    with pytest.raises(Exception, match="stage3_prefetch_bucketsize"):
+        DeepSpeedConfig(broken)
+
+
+def test_multi_node_scripts_for_the_paper_profile(tmp_path):
+    from acl_lib.runs import Run
+
+    cfg = load_config("paper", overrides={"output_dir": str(tmp_path / "outputs"), "launcher.hostfile": "",
+                                          "launcher.slurm_partition": "gpu"})
+    run = Run(cfg, "seq_math")
+    job = launcher.write_job(cfg, "grpo", run, {"model_dir": "Qwen/Qwen3-8B-Base", "domain": "math"})
+    scripts = launcher.multi_node_scripts(cfg, job, run)
+    ds = scripts["deepspeed"].read_text()
+    assert "--hostfile" in ds and "--num_nodes 2 --num_gpus 8" in ds and "zero3_bf16.json" in ds
+    sb = scripts["slurm"].read_text()
+    assert "#SBATCH --nodes=2" in sb and "#SBATCH --gpus-per-node=8" in sb and "#SBATCH --partition=gpu" in sb
+    assert "scontrol show hostnames" in sb and "--machine_rank $SLURM_NODEID" in sb and "--main_process_ip" in sb
+    acc = scripts["accelerate_config"].read_text()
+    assert "num_machines: 2" in acc and "num_processes: 16" in acc and "distributed_type: DEEPSPEED" in acc
+    for s in (scripts["deepspeed"], scripts["slurm"]):
+        subprocess.run(["bash", "-n", str(s)], check=True)  # syntax
+    spec = json.loads(job.read_text())
+    assert spec["job"] == "grpo" and spec["config"]["launcher"]["zero_stage"] == 3
+    assert spec["config_hash"] == run.config_hash
+    # No hostfile and no Slurm here: launch says what to run instead of pretending.
+    if not any(os.access(os.path.join(p, "sbatch"), os.X_OK) for p in os.environ["PATH"].split(os.pathsep)):
+        with pytest.raises(RuntimeError, match="slurm.sbatch"):
+            launcher.launch(cfg, "grpo", run, model_dir="Qwen/Qwen3-8B-Base", domain="math")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_two_process_zero2_sft_job(base_dir, tmp_path):
+    """A real job: `deepspeed --num_accelerators 2`, ZeRO-2 on the CPU accelerator, 4 SFT steps."""
+    from acl_lib.runs import Run, run_once
+    from acl_lib.train import sft
+    from acl_lib.train.common import read_log
+
+    cfg = tiny_cfg(tmp_path, **{"launcher.mode": "multi_process", "launcher.num_processes": 2, "torch_threads": 2,
+                                "sft.max_steps": 4, "sft.batch_size": 4, "sft.learning_rate": 3e-3})
+    env = DeskEnv()
+    rows, _ = sft.collect_demos(env, desk_expert, env.tasks("train", 8), max_turns=6)
+    data = sft.write_rows(rows, tmp_path / "demos.jsonl")
+    run = Run(cfg, "sft_2proc")
+    run_once(run, lambda r: launcher.launch(cfg, "sft", r, model_dir=str(base_dir), dataset=str(data)))
+    summary = json.loads((run.path / "train_summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["deepspeed_zero_stage"] == 2, summary
+    losses = [r["loss"] for r in read_log(run.path / "train_log.jsonl") if "loss" in r]
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    assert (run.path / "checkpoints" / "checkpoint-4").is_dir()
+    assert (run.path / "model" / "model.safetensors").exists() and run.is_complete()
+    # The workers wrote their checkpoints under the launching run's config hash (the run store keeps them).
+    assert (run.path / "checkpoints" / ".config_hash").read_text() == run.config_hash
