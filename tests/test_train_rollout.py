@@ -76,6 +76,11 @@ def test_rollout_budget_cuts_the_episode_and_scores_zero(base_dir):
     (r,) = trl_env.rollout_episodes([ep], expert_policy(tok), tok, max_completion_length=40)
     assert len(r.completion_ids) <= 40 and ep.done
     assert ep.reward() == 0.0 and "budget" in ep.failure
+    # The per-turn cap (the evaluator's max_new_tokens) cuts a turn even with rollout budget left.
+    ep = env.start(env.tasks("train", 1)[0])
+    (r,) = trl_env.rollout_episodes([ep], expert_policy(tok), tok, max_completion_length=512, max_new_tokens=3)
+    assert r.truncated and r.completion_ids == r.completion_ids[:3] and len(r.completion_ids) == 3
+    assert ep.reward() == 0.0 and "cut off after 3 tokens" in ep.failure
 
 
 def test_grpo_trainer_loss_mask_on_expert_rollouts(base_dir, tmp_path):
@@ -89,7 +94,7 @@ def test_grpo_trainer_loss_mask_on_expert_rollouts(base_dir, tmp_path):
     _, tok = load_model_and_tokenizer(base_dir)
     env = DeskEnv()
     tasks = env.tasks("train", 2)
-    trainer = grpo.build_trainer(cfg, base_dir, env, tasks, run, policy=trl_env.EpisodeRollout(expert_policy(tok)).policy)
+    trainer = grpo.build_trainer(cfg, base_dir, env, tasks, run, policy=expert_policy(tok))
     batch = [trainer.train_dataset[i] for i in (0, 0, 1, 1)]  # num_generations=2: each prompt twice
     trainer.model.train()
     out = trainer._generate_and_score_completions(batch)

@@ -12,10 +12,9 @@ test tasks concern disjoint sets of users, so they never overlap. The agent sees
 (``MINI_POLICY``) and the compact tool schemas (``retail_db.tool_schemas(compact=True)``: the same 16
 signatures, one-line descriptions), so the prompt fits a small model's context.
 
-Paper profile: the real ``policy.md`` and the reference's full tool schemas.
-
 Paper profile (``worlds.data_dir`` set): ``<data_dir>/retail/{db.json,tasks.json,split_tasks.json,policy.md}``
-(the layout of ``shared/fixtures/tau2``). The real tasks describe their user in prose for an LLM user
+(the layout of ``shared/fixtures/tau2``); the agent sees the real ``policy.md`` and the reference's full
+tool schemas. The real tasks describe their user in prose for an LLM user
 simulator, which is not available offline: ``start()`` on such a task raises ``ConfigError`` saying so.
 Their gold replay (``replay`` / ``replay_cli``) works offline.
 
@@ -63,8 +62,7 @@ You are a customer service agent of an online store. You help the user with thei
 - Before any change to the database, state its details and get an explicit "yes".
 - At most one tool call per turn, with no reply to the user in that turn.
 - Use the tools; never make up information. Deny requests against this policy.
-- Only pending orders can be cancelled or modified; only delivered orders can be returned or exchanged. A gift card must have enough balance to pay.
-"""
+- Only pending orders can be cancelled or modified; only delivered orders can be returned or exchanged. A gift card must have enough balance to pay."""
 
 # --- mini world generation ------------------------------------------------------------------------
 

@@ -6,7 +6,11 @@ Single-turn worlds (math, IF) train on a prompt dataset with ``trl_env.EpisodeRe
 retail) on multi-turn rollouts by ``trl_env.EpisodeRollout`` + ``trl_env.environment_factory`` (the module
 docstring of ``trl_env`` says why not TRL's own tool loop). Settings come from ``cfg.grpo``:
 ``batch_size`` completions per optimizer step (= prompts x ``num_generations``), ``max_completion_length``
-tokens per rollout (policy + observation tokens), ``max_tool_calling_iterations`` + 1 assistant turns.
+tokens per rollout (TRL counts a multi-turn completion whole: policy + observation tokens of every turn;
+each turn is also capped at ``cfg.eval.max_new_tokens``, as in evaluation). A training episode may take ``cfg.eval.max_turns`` assistant
+turns, the limit it is evaluated under (so a stage never trains for conversations it may not finish at test
+time, nor stops short of them). ``grpo.max_tool_calling_iterations`` is passed to TRL but only bounds TRL's own
+tool loop, which the multi-turn path does not use.
 
 Writes into the run directory: ``train_log.jsonl`` (per step: reward, reward_std, loss, completion length,
 wall time, generated tokens/s), ``train_summary.json``, checkpoints under ``run.checkpoint_dir()`` (a crashed job
@@ -63,11 +67,11 @@ def build_trainer(cfg, model_dir, env, tasks, run, *, policy=None, callbacks=())
     args = grpo_args(cfg, run, multi)
     data = trl_env.grpo_dataset(tasks)
     if multi:
-        max_turns = cfg.grpo.max_tool_calling_iterations + 1
+        max_turns = cfg.eval.max_turns
         return GRPOTrainer(
             model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
             environment_factory=trl_env.environment_factory(env, max_turns),
-            rollout_func=trl_env.EpisodeRollout(policy),
+            rollout_func=trl_env.EpisodeRollout(policy, max_new_tokens=cfg.eval.max_new_tokens),
         )
     return GRPOTrainer(
         model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
@@ -94,7 +98,8 @@ def train_grpo(cfg, model_dir: str | Path, domain: str, run, env=None, tasks=Non
     out = common.save_final_model(trainer, trainer.processing_class, run)
     if trainer.is_world_process_zero():
         summary = common.summarize(common.read_log(Path(run.path) / common.TRAIN_LOG), wall, job="grpo",
-                                   domain=domain, tasks=len(tasks), multi_turn=trl_env.is_multi_turn(tasks), **common.distributed_info(trainer))
+                                   domain=domain, tasks=len(tasks), multi_turn=trl_env.is_multi_turn(tasks),
+                                   **common.distributed_info(trainer))
         run.write_json(common.TRAIN_SUMMARY, summary)
     return out
 

@@ -69,6 +69,7 @@ def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, r
     out = common.save_final_model(trainer, tok, run)
     if trainer.is_world_process_zero():
         summary = common.summarize(common.read_log(Path(run.path) / common.TRAIN_LOG), wall, job="pretrain",
-                                   blocks=len(blocks), seq_len=p.seq_len, corpus_tokens=len(blocks) * p.seq_len, **common.distributed_info(trainer))
+                                   blocks=len(blocks), seq_len=p.seq_len, corpus_tokens=len(blocks) * p.seq_len,
+                                   **common.distributed_info(trainer))
         run.write_json(common.TRAIN_SUMMARY, summary)
     return out

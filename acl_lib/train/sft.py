@@ -117,14 +117,23 @@ def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, run)
     log = common.make_jsonl_logger(Path(run.path) / common.TRAIN_LOG, extra={"job": "sft"})
     trainer = SFTTrainer(model=model, args=sft_args(cfg, run), train_dataset=Dataset.from_list(rows),
                          processing_class=tok, callbacks=[log])
+    if len(trainer.train_dataset) == 0:  # TRL drops rows whose assistant turns were all cut off
+        raise ValueError(f"all {len(rows)} SFT conversations lost every assistant token to truncation at "
+                         f"sft.max_length={cfg.sft.max_length} tokens; raise sft.max_length")
     n_tokens = sum(len(x) for x in trainer.train_dataset["input_ids"])
+    # Conversations longer than max_length lose their ends (often the final answer): count them.
+    n_cut = sum(len(x) >= cfg.sft.max_length for x in trainer.train_dataset["input_ids"])
+    if n_cut:
+        run.logger.warning("SFT: %d of %d conversations truncated at sft.max_length=%d tokens",
+                           n_cut, len(rows), cfg.sft.max_length)
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=common.last_checkpoint(run))
     wall = time.perf_counter() - t0
     out = common.save_final_model(trainer, tok, run)
     if trainer.is_world_process_zero():
         summary = common.summarize(common.read_log(Path(run.path) / common.TRAIN_LOG), wall, job="sft",
-                                   rows=len(rows), dataset_tokens=n_tokens, **common.distributed_info(trainer))
+                                   rows=len(rows), dataset_tokens=n_tokens, truncated_rows=n_cut,
+                                   **common.distributed_info(trainer))
         if summary["steps"] and wall > 0:  # conversations are not packed: count the tokens actually seen
             per_row = n_tokens / len(rows)
             summary["tokens_per_s"] = summary["steps"] * cfg.sft.batch_size * per_row / wall

@@ -201,23 +201,26 @@ def observation_ids(tokenizer, observations: list[dict], tools: list[dict] | Non
     return full[cut:]
 
 
-def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_completion_length: int) -> list[Rollout]:
+def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_completion_length: int,
+                     max_new_tokens: int | None = None) -> list[Rollout]:
     """Drive ``episodes`` to the end with ``policy``; returns one ``Rollout`` per episode, in order.
 
     All unfinished episodes generate together, one turn per round. A policy turn is decoded without special
-    tokens (``<|im_end|>`` ends the turn, it is not text) and fed raw to ``episode.step``. An episode stops when
-    it is done, when a turn is cut off at the completion budget (``max_completion_length`` tokens counting
-    policy and observation tokens, as TRL counts them), or when the next observation would not fit.
+    tokens (``<|im_end|>`` ends the turn, it is not text) and fed raw to ``episode.step``. Budgets, in tokens:
+    ``max_completion_length`` for the whole rollout (policy and observation tokens, as TRL counts a
+    completion), ``max_new_tokens`` per turn (the evaluator's cap; None: only the rollout budget). An episode
+    stops when it is done, when a turn is cut off by a budget, or when the next observation would not fit.
     """
     eos = tokenizer.eos_token_id
     rolls = [Rollout(prompt_ids=prompt_ids_for(tokenizer, ep)) for ep in episodes]
     active = [i for i, ep in enumerate(episodes) if not ep.done]
     while active:
-        reqs = [
-            Request(rolls[i].prompt_ids + rolls[i].completion_ids, episodes[i],
-                    max_completion_length - len(rolls[i].completion_ids))
-            for i in active
-        ]
+        reqs = []
+        for i in active:
+            budget = max_completion_length - len(rolls[i].completion_ids)
+            if max_new_tokens is not None:
+                budget = min(budget, max_new_tokens)
+            reqs.append(Request(rolls[i].prompt_ids + rolls[i].completion_ids, episodes[i], budget))
         outs, lps = policy(reqs)
         still = []
         for k, i in enumerate(active):
@@ -231,9 +234,10 @@ def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_com
                 r.logprobs = (r.logprobs or []) + list(lps[k][: len(ids)])
             text = tokenizer.decode(ids, skip_special_tokens=True)
             r.turns.append(text)
-            if not ids or ids[-1] != eos:  # cut off at the budget: the turn is incomplete
+            if not ids or ids[-1] != eos:  # cut off by a budget: the turn is incomplete
                 r.truncated = True
-                ep.end(f"completion budget ({max_completion_length} tokens) exhausted")
+                ep.end(f"turn cut off after {len(ids)} tokens (budgets: {max_new_tokens} per turn, "
+                       f"{max_completion_length} per rollout)")
                 continue
             obs = ep.step(text)
             if ep.done:
@@ -301,11 +305,13 @@ class EpisodeRollout:
     ``turns`` / ``episode_failure`` (forwarded by TRL to the reward functions and logs).
 
     ``policy``: override the generator (a test drives real episodes with the scripted expert through the
-    trainer this way); default: vLLM when the trainer uses it, else ``model.generate``.
+    trainer this way); default: vLLM when the trainer uses it, else ``model.generate``. ``max_new_tokens``:
+    the per-turn cap (``rollout_episodes``); the rollout budget is the trainer's ``max_completion_length``.
     """
 
-    def __init__(self, policy: Policy | None = None):
+    def __init__(self, policy: Policy | None = None, max_new_tokens: int | None = None):
         self.policy = policy
+        self.max_new_tokens = max_new_tokens
         self.__name__ = "episode_rollout"
 
     def __call__(self, prompts: list, trainer) -> dict[str, Any]:
@@ -318,9 +324,9 @@ class EpisodeRollout:
         tok = trainer.processing_class
         max_len = trainer.max_completion_length
         if self.policy is not None:
-            rolls = rollout_episodes(episodes, self.policy, tok, max_len)
+            rolls = rollout_episodes(episodes, self.policy, tok, max_len, self.max_new_tokens)
         elif trainer.use_vllm:
-            rolls = rollout_episodes(episodes, vllm_policy(trainer), tok, max_len)
+            rolls = rollout_episodes(episodes, vllm_policy(trainer), tok, max_len, self.max_new_tokens)
         else:
             # One unwrap for the whole multi-turn rollout: under ZeRO-3 the gather is a collective, so every
             # process enters and leaves it once whatever number of turns its own episodes take.
@@ -331,7 +337,7 @@ class EpisodeRollout:
             ) as model:
                 trainer._acl_gen_model = model
                 try:
-                    rolls = rollout_episodes(episodes, hf_policy(trainer), tok, max_len)
+                    rolls = rollout_episodes(episodes, hf_policy(trainer), tok, max_len, self.max_new_tokens)
                 finally:
                     trainer._acl_gen_model = None
         for r in rolls:  # every completion needs >= 1 token for TRL's bookkeeping
