@@ -106,3 +106,22 @@ def test_two_process_zero2_sft_job(base_dir, tmp_path):
     assert (run.path / "model" / "model.safetensors").exists() and run.is_complete()
     # The workers wrote their checkpoints under the launching run's config hash (the run store keeps them).
     assert (run.path / "checkpoints" / ".config_hash").read_text() == run.config_hash
+
+
+def test_entry_point_runs_a_job_from_a_config_file(base_dir, tmp_path):
+    """`python -m acl_lib.train.entry --config ... --job pretrain` (called in-process: same argv path)."""
+    import yaml
+
+    from acl_lib.train import entry
+
+    cfg = tiny_cfg(tmp_path, **{"pretrain.max_steps": 2, "pretrain.batch_size": 2, "pretrain.seq_len": 32})
+    (tmp_path / "run_config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    run_dir = tmp_path / "base_pretrain"
+    docs = [f"{a}+{b}={a + b}" for a in range(10) for b in range(10)]
+    entry.main(["--config", str(tmp_path / "run_config.yaml"), "--job", "pretrain", "--run-dir", str(run_dir),
+                "--args", json.dumps({"model_dir": str(base_dir), "corpus": docs})])
+    summary = json.loads((run_dir / "train_summary.json").read_text())
+    assert summary["job"] == "pretrain" and summary["steps"] == 2
+    assert (run_dir / "model" / "model.safetensors").exists()
+    with pytest.raises(SystemExit):
+        entry.main(["--job", "sft"])  # neither a job file nor a config

@@ -8,7 +8,6 @@ every observation token, checked against the chat template's own rendering of th
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from acl_lib.train import trl_env
@@ -17,27 +16,52 @@ from test_train_kit import DeskEnv, base_dir, desk_expert, tiny_cfg  # noqa: F40
 torch.set_num_threads(1)
 
 
-def expert_policy(tok):
-    """The scripted expert as a token-level policy: its raw text, tokenized, plus the eos that ends a turn."""
+def expert_policy(tok, expert=desk_expert):
+    """A scripted expert as a token-level policy: its raw text, tokenized, plus the eos that ends a turn."""
 
     def policy(reqs):
         outs = []
         for r in reqs:
-            text = desk_expert(r.episode.task, r.episode.messages)
+            text = expert(r.episode.task, r.episode.messages)
             outs.append(tok.encode(text, add_special_tokens=False) + [tok.eos_token_id])
         return outs, None
 
     return policy
 
 
+def trained_conversation(episode):
+    """The episode's messages up to its last assistant turn: what ends an episode (retail's customer saying
+    ###STOP###) is never followed by a generation, so it is not part of the rollout."""
+    msgs = list(episode.messages)
+    while msgs[-1]["role"] != "assistant":
+        msgs.pop()
+    return msgs
+
+
 def rendered_spans(tok, episode):
-    """The finished conversation rendered by the template: ids and its assistant ({% generation %}) mask."""
-    out = tok.apply_chat_template(episode.messages, tools=episode.task.tools, tokenize=True, return_dict=True,
-                                  return_assistant_tokens_mask=True)
+    """The rollout's conversation rendered by the template: ids and its assistant ({% generation %}) mask."""
+    out = tok.apply_chat_template(trained_conversation(episode), tools=episode.task.tools, tokenize=True,
+                                  return_dict=True, return_assistant_tokens_mask=True)
     return list(out["input_ids"]), list(out["assistant_masks"])
 
 
-def check_against_template(tok, episode, prompt_ids, completion_ids, mask):
+def _segments(ids, mask, value):
+    """Maximal runs of ``ids`` whose mask equals ``value``."""
+    out, cur = [], []
+    for t, m in zip(ids, mask):
+        if m == value:
+            cur.append(t)
+        elif cur:
+            out.append(cur)
+            cur = []
+    return out + ([cur] if cur else [])
+
+
+def check_against_template(tok, episode, prompt_ids, completion_ids, mask, turns=None):
+    """Token by token against the template's rendering; returns the (masked, trained) completion texts.
+
+    ``turns``: the raw policy turns; when given, each trained span must be exactly one turn + <|im_end|>.
+    """
     ids, amask = rendered_spans(tok, episode)
     n = len(prompt_ids) + len(completion_ids)
     # The concatenated rollout is the template's rendering up to the last <|im_end|> (only its "\n" follows).
@@ -45,9 +69,31 @@ def check_against_template(tok, episode, prompt_ids, completion_ids, mask):
     assert tok.decode(ids[n:]) == "\n"
     # Token by token: trained exactly where the template marks assistant output.
     assert list(mask) == amask[len(prompt_ids):n]
-    # And the masked-out tokens are the observations: both kinds are there, and nothing the policy wrote.
-    masked = tok.decode([t for t, m in zip(completion_ids, mask) if m == 0])
-    trained = tok.decode([t for t, m in zip(completion_ids, mask) if m == 1])
+    # Span by span: each masked-out span is one group of observations (tool results of one turn, or one
+    # customer reply), in order; each trained span is one policy turn and its <|im_end|>.
+    convo = trained_conversation(episode)
+    groups, cur = [], []
+    for m in convo[len(episode.task.initial_messages()):]:
+        if m["role"] == "assistant":
+            if cur:
+                groups.append(cur)
+            cur = []
+        else:
+            cur.append(m)
+    masked_spans = [tok.decode(seg) for seg in _segments(completion_ids, mask, 0)]
+    assert len(masked_spans) == len(groups) > 0
+    for text, group in zip(masked_spans, groups):
+        assert all(m["content"] in text for m in group)
+        assert text.startswith("\n<|im_start|>user\n") and text.endswith("<|im_end|>\n<|im_start|>assistant\n")
+    trained_spans = [tok.decode(seg) for seg in _segments(completion_ids, mask, 1)]
+    assert len(trained_spans) == len(groups) + 1
+    if turns is not None:
+        assert trained_spans == [t + "<|im_end|>" for t in turns]
+    return "".join(masked_spans), "".join(trained_spans)
+
+
+def check_desk(tok, episode, prompt_ids, completion_ids, mask, turns=None):
+    masked, trained = check_against_template(tok, episode, prompt_ids, completion_ids, mask, turns)
     assert "<tool_response>" in masked and "population of" in masked  # the tool response
     assert "I mean" in masked  # the simulated user's turn
     assert "<tool_response>" not in trained and "I mean" not in trained
@@ -64,7 +110,24 @@ def test_rollout_mask_matches_rendered_assistant_spans(base_dir):
     for ep, r in zip(episodes, rolls):
         assert ep.reward() == 1.0 and len(r.turns) == 3
         assert len(r.completion_ids) == len(r.env_mask)
-        check_against_template(tok, ep, r.prompt_ids, r.completion_ids, r.env_mask)
+        check_desk(tok, ep, r.prompt_ids, r.completion_ids, r.env_mask, r.turns)
+
+
+def test_rollout_mask_on_real_retail_episodes(base_dir):
+    """The real retail desk: tool results and the rule-based customer's replies carry no loss."""
+    from acl_lib.envs import make_env, scripted_expert
+    from acl_lib.model import load_model_and_tokenizer
+
+    _, tok = load_model_and_tokenizer(base_dir)
+    env = make_env("retail", None, seed=0)
+    episodes = [env.start(t, max_turns=12) for t in env.tasks("train", 2)]
+    rolls = trl_env.rollout_episodes(episodes, expert_policy(tok, scripted_expert("retail")), tok, 20000)
+    for ep, r in zip(episodes, rolls):
+        assert ep.reward() == 1.0, ep.failure
+        roles = {m["role"] for m in trained_conversation(ep)[2:]}
+        assert {"tool", "user"} <= roles  # both kinds of observation happened
+        masked, trained = check_against_template(tok, ep, r.prompt_ids, r.completion_ids, r.env_mask, r.turns)
+        assert "<tool_response>" in masked and "<tool_response>" not in trained
 
 
 def test_rollout_budget_cuts_the_episode_and_scores_zero(base_dir):
@@ -105,7 +168,7 @@ def test_grpo_trainer_loss_mask_on_expert_rollouts(base_dir, tmp_path):
         assert ep.reward() == 1.0
         n = int(out["completion_mask"][k].sum())
         prompt = out["prompt_ids"][k][out["prompt_mask"][k].bool()].tolist()
-        check_against_template(tok, ep, prompt, out["completion_ids"][k][:n].tolist(), loss_mask[k][:n].tolist())
+        check_desk(tok, ep, prompt, out["completion_ids"][k][:n].tolist(), loss_mask[k][:n].tolist())
     # The loss on these rollouts runs through the same mask (the training loop sets the accumulation count).
     trainer.current_gradient_accumulation_steps = 1
     loss = trainer.compute_loss(trainer.model, out)

@@ -112,10 +112,11 @@ class _Timer:
 def make_jsonl_logger(path: Path, tokens_per_step: int | None = None, extra: dict | None = None):
     """A ``TrainerCallback`` appending each ``Trainer.log`` record to ``path`` (one JSON object per line).
 
-    Every record gets ``step``, ``wall_s`` (seconds since training began) and, when the step's token count is
-    known, ``tokens_per_s``: ``tokens_per_step`` (pretraining / SFT: sequences x tokens) or the GRPO
-    completion tokens of the logged step (``completions/mean_length`` x completions per step), divided by that
-    step's wall-clock seconds (generation + update). Only the main process writes.
+    Every record gets ``step``, ``wall_s`` (seconds since training began) and throughput over the wall-clock
+    seconds since the previous record: ``tokens_per_s`` (training tokens: ``tokens_per_step`` when given, as
+    for packed pretraining, else the growth of TRL's cumulative ``num_tokens``) and, for GRPO,
+    ``gen_tokens_per_s`` (completion tokens: ``completions/mean_length`` x completions per step; the seconds
+    include generation and update). Only the main process writes.
     """
     from transformers import TrainerCallback
 
@@ -125,10 +126,12 @@ def make_jsonl_logger(path: Path, tokens_per_step: int | None = None, extra: dic
             self.timer = None
             self.last_t = 0.0
             self.last_step = 0
+            self.last_tokens = 0.0
 
         def on_train_begin(self, args, state, control, **kw):
             self.timer = _Timer()
             self.last_step = state.global_step
+            self.last_tokens = float(state.num_input_tokens_seen or 0)
 
         def on_log(self, args, state, control, logs=None, **kw):
             if not state.is_world_process_zero or not logs:
@@ -140,9 +143,13 @@ def make_jsonl_logger(path: Path, tokens_per_step: int | None = None, extra: dic
             if dt > 0 and dsteps > 0:
                 if tokens_per_step:
                     rec["tokens_per_s"] = tokens_per_step * dsteps / dt
-                elif "completions/mean_length" in logs:
+                elif "num_tokens" in logs:  # TRL logs the cumulative tokens seen (all processes)
+                    rec["tokens_per_s"] = (logs["num_tokens"] - self.last_tokens) / dt
+                if "completions/mean_length" in logs:  # GRPO: tokens the policy generated
                     n = args.per_device_train_batch_size * args.world_size
                     rec["gen_tokens_per_s"] = logs["completions/mean_length"] * n * dsteps / dt
+            if "num_tokens" in logs:
+                self.last_tokens = logs["num_tokens"]
             self.last_t, self.last_step = t, state.global_step
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a") as f:

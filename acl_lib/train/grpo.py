@@ -7,9 +7,10 @@ retail) on multi-turn rollouts by ``trl_env.EpisodeRollout`` + ``trl_env.environ
 docstring of ``trl_env`` says why not TRL's own tool loop). Settings come from ``cfg.grpo``:
 ``batch_size`` completions per optimizer step (= prompts x ``num_generations``), ``max_completion_length``
 tokens per rollout (TRL counts a multi-turn completion whole: policy + observation tokens of every turn;
-each turn is also capped at ``cfg.eval.max_new_tokens``, as in evaluation). A training episode may take ``cfg.eval.max_turns`` assistant
-turns, the limit it is evaluated under (so a stage never trains for conversations it may not finish at test
-time, nor stops short of them). ``grpo.max_tool_calling_iterations`` is passed to TRL but only bounds TRL's own
+each turn is also capped at ``cfg.eval.max_new_tokens``, as in evaluation). A training episode may take
+``cfg.eval.max_turns`` assistant turns, the limit it is evaluated under (so a stage never trains for
+conversations it may not finish at test time, nor stops short of them). A rollout cut off by a budget scores 0
+and stays in the loss (TRL's ``mask_truncated_completions`` is off): the policy learns to finish in budget. ``grpo.max_tool_calling_iterations`` is passed to TRL but only bounds TRL's own
 tool loop, which the multi-turn path does not use.
 
 Writes into the run directory: ``train_log.jsonl`` (per step: reward, reward_std, loss, completion length,
@@ -26,13 +27,14 @@ from pathlib import Path
 from acl_lib.train import common
 
 
-def grpo_args(cfg, run, multi_turn: bool):
+def grpo_args(cfg, run):
     """The ``trl.GRPOConfig`` of a stage (CPU-safe settings from ``common.trainer_kwargs``)."""
     from trl import GRPOConfig
 
     g = cfg.grpo
     if g.batch_size % g.num_generations:
-        raise ValueError(f"grpo.batch_size ({g.batch_size}) must be a multiple of num_generations ({g.num_generations})")
+        raise ValueError(f"grpo.batch_size ({g.batch_size}) must be a multiple of "
+                         f"grpo.num_generations ({g.num_generations})")
     kw = common.trainer_kwargs(cfg, run, max_steps=g.max_steps, batch_size=g.batch_size,
                                learning_rate=g.learning_rate, scheduler="constant")
     return GRPOConfig(
@@ -44,9 +46,8 @@ def grpo_args(cfg, run, multi_turn: bool):
         loss_type=g.loss_type,
         max_tool_calling_iterations=g.max_tool_calling_iterations,
         use_vllm=g.use_vllm,
+        # Colocated vLLM (paper profile): generation shares each training GPU, no separate server to run.
         vllm_mode="colocate",
-        # Rollouts that hit the budget mid-turn carry no reward signal worth learning from.
-        mask_truncated_completions=multi_turn,
         shuffle_dataset=True,
         log_completions=False,
     )
@@ -64,7 +65,7 @@ def build_trainer(cfg, model_dir, env, tasks, run, *, policy=None, callbacks=())
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func / environment_factory are "experimental"
     model, tok = common.load_model_and_tokenizer(model_dir, cfg)
     multi = trl_env.is_multi_turn(tasks)
-    args = grpo_args(cfg, run, multi)
+    args = grpo_args(cfg, run)
     data = trl_env.grpo_dataset(tasks)
     if multi:
         max_turns = cfg.eval.max_turns

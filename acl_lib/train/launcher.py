@@ -92,12 +92,9 @@ def worker_env(cfg, ds_config: Path) -> dict:
     """Environment of the launched workers: the DeepSpeed config, CPU accelerator without GPUs, thread caps."""
     env = dict(os.environ)
     env[DS_CONFIG_ENV] = str(ds_config)
-    has_gpu = shutil.which("nvidia-smi") is not None and cfg.launcher.mixed_precision != "no"
-    if not has_gpu:
-        import torch
+    import torch
 
-        has_gpu = torch.cuda.is_available()
-    if not has_gpu:
+    if not torch.cuda.is_available():  # DeepSpeed would otherwise look for a GPU accelerator and fail
         env["DS_ACCELERATOR"] = "cpu"
     threads = max(1, cfg.torch_threads // cfg.launcher.num_processes)
     env.setdefault("OMP_NUM_THREADS", str(threads))

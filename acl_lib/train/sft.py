@@ -134,8 +134,5 @@ def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, run)
         summary = common.summarize(common.read_log(Path(run.path) / common.TRAIN_LOG), wall, job="sft",
                                    rows=len(rows), dataset_tokens=n_tokens, truncated_rows=n_cut,
                                    **common.distributed_info(trainer))
-        if summary["steps"] and wall > 0:  # conversations are not packed: count the tokens actually seen
-            per_row = n_tokens / len(rows)
-            summary["tokens_per_s"] = summary["steps"] * cfg.sft.batch_size * per_row / wall
         run.write_json(common.TRAIN_SUMMARY, summary)
     return out

@@ -178,7 +178,7 @@ def prompt_ids_for(tokenizer, episode: Episode) -> list[int]:
     )
 
 
-def observation_ids(tokenizer, observations: list[dict], tools: list[dict] | None = None) -> list[int]:
+def observation_ids(tokenizer, observations: list[dict]) -> list[int]:
     """Token ids the chat template renders for ``observations`` after an assistant turn that ended with eos.
 
     Rendered as the difference between a short conversation ending in an assistant turn and the same
@@ -285,7 +285,14 @@ def hf_policy(trainer) -> Policy:
 
 
 def vllm_policy(trainer) -> Policy:
-    """A ``Policy`` on TRL's vLLM backend (``use_vllm=True``, paper profile); returns sampled-token logprobs."""
+    """A ``Policy`` on TRL's vLLM backend (``use_vllm=True``, paper profile); returns sampled-token logprobs.
+
+    Needs ``vllm_mode="colocate"`` with tensor parallel size 1 (``grpo.grpo_args`` sets colocate): each rank
+    then generates locally, so ranks whose episodes take different numbers of turns never wait on each other.
+    Server mode gathers prompts across ranks on every call and would deadlock on unequal turn counts. vLLM caps
+    each call at ``max_completion_length``; ``rollout_episodes`` applies the per-turn and rollout budgets.
+    Not exercised here (no vLLM on CPU).
+    """
 
     def policy(reqs: list[Request]):
         _, completion_ids, logprobs, _ = trainer.vllm_generation.generate(
