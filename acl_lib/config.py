@@ -97,8 +97,10 @@ class GRPOConfig(_Section):
     beta: float = Field(0.0, ge=0)  # KL coefficient
     loss_type: str = "dapo"
     temperature: float = Field(1.0, gt=0)
-    max_completion_length: int = Field(128, ge=8)
-    max_tool_calling_iterations: int = Field(6, ge=1)
+    max_completion_length: int = Field(128, ge=8)  # single-turn worlds (math, IF): tokens per completion
+    # Multi-turn worlds (search, retail): tokens of a whole rollout, policy + tool/user tokens of every turn
+    # (TRL counts a multi-turn completion whole); each turn is also capped by eval.max_new_tokens.
+    max_episode_tokens: int = Field(1024, ge=8)
     use_vllm: bool = False
 
 
@@ -108,6 +110,9 @@ class PipelineConfig(_Section):
     cold_start: dict[str, bool] = Field(
         default_factory=lambda: {"math": False, "search": True, "ecom": True, "if": False}
     )
+    # Per-stage settings on top of the profile, as dotted overrides (e.g. {"ecom": ["grpo.max_steps=5"]}):
+    # worlds differ in episode length and difficulty; one stage's budget should not be every stage's.
+    stage_overrides: dict[str, list[str]] = Field(default_factory=dict)
 
     @field_validator("curriculum")
     @classmethod
@@ -117,6 +122,19 @@ class PipelineConfig(_Section):
             raise ValueError(f"unknown stage(s) {bad}; stages are {list(DOMAINS)}")
         if len(set(v)) != len(v):
             raise ValueError(f"curriculum repeats a stage: {v}")
+        return v
+
+    @field_validator("stage_overrides")
+    @classmethod
+    def _check_stage_overrides(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        bad = [d for d in v if d not in DOMAINS]
+        if bad:
+            raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+        for d, items in v.items():
+            for item in items:
+                key = parse_override(item)[0]
+                if key.startswith("pipeline."):
+                    raise ValueError(f"stage override '{item}' for {d}: a stage cannot change the pipeline")
         return v
 
     @field_validator("cold_start")
@@ -164,6 +182,20 @@ class Config(_Section):
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
+
+    def for_stage(self, domain: str) -> "Config":
+        """This config with ``pipeline.stage_overrides[domain]`` applied (validated like any override)."""
+        items = self.pipeline.stage_overrides.get(domain, [])
+        if not items:
+            return self
+        tree = self.to_dict()
+        for item in items:
+            key, value = parse_override(item)
+            _set_dotted(tree, key, value, f"pipeline.stage_overrides.{domain}")
+        try:
+            return Config.model_validate(tree)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid stage override for {domain}: {exc}") from None
 
     def hash(self, *sections: str) -> str:
         """Short stable hash of the whole config, or only of the named sections (what a run depends on)."""
@@ -236,7 +268,7 @@ def _set_dotted(tree: dict, key: str, value: Any, source: str) -> None:
 def _flatten(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
     out = []
     for k, v in tree.items():
-        if isinstance(v, dict) and k != "cold_start":
+        if isinstance(v, dict) and k not in ("cold_start", "stage_overrides"):
             out.extend(_flatten(v, f"{prefix}{k}."))
         else:
             out.append((prefix + k, v))

@@ -45,7 +45,8 @@ def _stage_fn(cfg: Config, domain: str, init: Run):
     def fn(run: Run) -> None:
         from acl_lib.train.stage import run_stage
 
-        run_stage(cfg, domain, model_dir(init), run)
+        stage_cfg = cfg.for_stage(domain)
+        run_stage(stage_cfg, domain, model_dir(init), run)
         evaluate_run(cfg, run)
 
     return fn

@@ -6,12 +6,12 @@ Single-turn worlds (math, IF) train on a prompt dataset with ``trl_env.EpisodeRe
 retail) on multi-turn rollouts by ``trl_env.EpisodeRollout`` + ``trl_env.environment_factory`` (the module
 docstring of ``trl_env`` says why not TRL's own tool loop). Settings come from ``cfg.grpo``:
 ``batch_size`` completions per optimizer step (= prompts x ``num_generations``), ``max_completion_length``
-tokens per rollout (TRL counts a multi-turn completion whole: policy + observation tokens of every turn;
-each turn is also capped at ``cfg.eval.max_new_tokens``, as in evaluation). A training episode may take
+tokens per single-turn completion, ``max_episode_tokens`` per multi-turn rollout (TRL counts a multi-turn
+completion whole: policy + observation tokens of every turn; each turn is also capped at
+``cfg.eval.max_new_tokens``, as in evaluation). A training episode may take
 ``cfg.eval.max_turns`` assistant turns, the limit it is evaluated under (so a stage never trains for
 conversations it may not finish at test time, nor stops short of them). A rollout cut off by a budget scores 0
-and stays in the loss (TRL's ``mask_truncated_completions`` is off): the policy learns to finish in budget. ``grpo.max_tool_calling_iterations`` is passed to TRL but only bounds TRL's own
-tool loop, which the multi-turn path does not use.
+and stays in the loss (TRL's ``mask_truncated_completions`` is off): the policy learns to finish in budget.
 
 Writes into the run directory: ``train_log.jsonl`` (per step: reward, reward_std, loss, completion length,
 wall time, generated tokens/s), ``train_summary.json``, checkpoints under ``run.checkpoint_dir()`` (a crashed job
@@ -27,7 +27,7 @@ from pathlib import Path
 from acl_lib.train import common
 
 
-def grpo_args(cfg, run):
+def grpo_args(cfg, run, multi_turn: bool = False):
     """The ``trl.GRPOConfig`` of a stage (CPU-safe settings from ``common.trainer_kwargs``)."""
     from trl import GRPOConfig
 
@@ -40,11 +40,10 @@ def grpo_args(cfg, run):
     return GRPOConfig(
         **kw,
         num_generations=g.num_generations,
-        max_completion_length=g.max_completion_length,
+        max_completion_length=g.max_episode_tokens if multi_turn else g.max_completion_length,
         temperature=g.temperature,
         beta=g.beta,
         loss_type=g.loss_type,
-        max_tool_calling_iterations=g.max_tool_calling_iterations,
         use_vllm=g.use_vllm,
         # Colocated vLLM (paper profile): generation shares each training GPU, no separate server to run.
         vllm_mode="colocate",
@@ -65,7 +64,7 @@ def build_trainer(cfg, model_dir, env, tasks, run, *, policy=None, callbacks=())
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func / environment_factory are "experimental"
     model, tok = common.load_model_and_tokenizer(model_dir, cfg)
     multi = trl_env.is_multi_turn(tasks)
-    args = grpo_args(cfg, run)
+    args = grpo_args(cfg, run, multi_turn=multi)
     data = trl_env.grpo_dataset(tasks)
     if multi:
         max_turns = cfg.eval.max_turns
