@@ -47,13 +47,27 @@ class ModelConfig(_Section):
 
 class PretrainConfig(_Section):
     enabled: bool = True  # False: the base checkpoint is model.base_model, nothing is trained
-    corpus_docs: int = Field(200, ge=1)  # documents drawn from the mini worlds for BPE + pretraining
+    corpus_chars: int = Field(400_000, ge=1000)  # size of the corpus drawn from the mini worlds (BPE + pretraining)
+    # Share of the corpus (in characters) per training world. Shares are by size, not by document count:
+    # a retail transcript is ~20x longer than a math solution.
+    mix: dict[str, float] = Field(default_factory=lambda: {"math": 0.35, "search": 0.2, "ecom": 0.25, "if": 0.2})
     noise: float = Field(0.35, ge=0, le=1)  # probability that a corpus transcript's assistant turn is corrupted
     max_steps: int = Field(20, ge=0)
     batch_size: int = Field(8, ge=1)
     seq_len: int = Field(256, ge=16)
     learning_rate: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(0, ge=0)
+
+
+    @field_validator("mix")
+    @classmethod
+    def _check_mix(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = [d for d in v if d not in DOMAINS]
+        if bad:
+            raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+        if any(x < 0 for x in v.values()) or sum(v.values()) <= 0:
+            raise ValueError(f"mix shares must be >= 0 with a positive sum, got {v}")
+        return v
 
 
 class WorldsConfig(_Section):
@@ -268,7 +282,7 @@ def _set_dotted(tree: dict, key: str, value: Any, source: str) -> None:
 def _flatten(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
     out = []
     for k, v in tree.items():
-        if isinstance(v, dict) and k not in ("cold_start", "stage_overrides"):
+        if isinstance(v, dict) and k not in ("cold_start", "stage_overrides", "mix"):
             out.extend(_flatten(v, f"{prefix}{k}."))
         else:
             out.append((prefix + k, v))

@@ -76,39 +76,54 @@ def transcript(env, policy, task: Task, max_turns: int) -> list[dict]:
     return episode.messages
 
 
-def base_corpus(cfg: Config) -> tuple[list[str], dict[str, int]]:
-    """``(documents, counts per source)``: about ``cfg.pretrain.corpus_docs`` chat-rendered documents.
+def base_corpus(cfg: Config) -> tuple[list[str], dict[str, dict]]:
+    """``(documents, stats per source)``: about ``cfg.pretrain.corpus_chars`` characters of chat-rendered
+    transcripts, shared between the training worlds as ``cfg.pretrain.mix`` says, plus the search world's
+    knowledge documents.
 
-    Tasks are drawn with the world seed plus an offset, so they are not the tasks RL trains on later
-    (both come from the ``train`` split; test and OOD tasks never appear).
+    Tasks come from each world's ``train`` split, drawn with the world seed plus an offset so they are not
+    the very tasks RL trains on later; a small pool is cycled (each pass with fresh noise).
     """
     from acl_lib.model.chat_template import render_chat
 
     rng = random.Random(cfg.seed * 7919 + 17)
-    n = cfg.pretrain.corpus_docs
-    envs = list(dict.fromkeys(STAGE_ENV.values()))
+    mix = {d: w for d, w in cfg.pretrain.mix.items() if w > 0}
+    total = sum(mix.values())
     docs: list[str] = []
-    counts: dict[str, int] = {}
+    stats: dict[str, dict] = {}
     search_env = None
-    for i, name in enumerate(envs):
+    for domain, share in mix.items():
+        name = STAGE_ENV[domain]
         env = make_env(name, cfg.worlds, seed=cfg.worlds.seed)
         if name == "search":
             search_env = env
-        wrong: dict[str, str] = {}
-        policy = noisy(scripted_expert(name), cfg.pretrain.noise, rng, wrong)
-        share = n // len(envs) + (1 if i < n % len(envs) else 0)
-        tasks = env.tasks("train", share, seed=cfg.worlds.seed + 1000 + cfg.seed)
         module = __import__(type(env).__module__, fromlist=["_"])
         wrong_fn = getattr(module, "wrong_solution_text", None)
-        for task in tasks:
+        wrong: dict[str, str] = {}
+        policy = noisy(scripted_expert(name), cfg.pretrain.noise, rng, wrong)
+        target = int(cfg.pretrain.corpus_chars * share / total)
+
+        def render(task: Task) -> str:
             if wrong_fn is not None and not task.tools:
                 wrong[task.id] = wrong_fn(task, rng)
-            messages = transcript(env, policy, task, cfg.eval.max_turns)
-            docs.append(render_chat(messages, tools=task.tools or None))
-        counts[name] = len(tasks)
+            return render_chat(transcript(env, policy, task, cfg.eval.max_turns), tools=task.tools or None)
+
+        probe = env.tasks("train", 16, seed=cfg.worlds.seed + 1000 + cfg.seed)
+        per_doc = max(1, sum(len(render(t)) for t in probe) // max(1, len(probe)))
+        tasks = env.tasks("train", int(1.2 * target / per_doc) + 1, seed=cfg.worlds.seed + 1000 + cfg.seed)
+        chars, n = 0, 0
+        while chars < target and tasks:
+            for task in tasks:
+                if chars >= target:
+                    break
+                doc = render(task)
+                docs.append(doc)
+                chars += len(doc)
+                n += 1
+        stats[domain] = {"docs": n, "chars": chars, "distinct_tasks": min(n, len(tasks))}
     if search_env is not None:
         knowledge = [d["contents"] for d in search_env.documents]
         docs.extend(knowledge)
-        counts["search_documents"] = len(knowledge)
+        stats["search_documents"] = {"docs": len(knowledge), "chars": sum(map(len, knowledge))}
     rng.shuffle(docs)
-    return docs, counts
+    return docs, stats

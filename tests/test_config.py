@@ -64,7 +64,11 @@ def test_unknown_key_lists_valid_keys_and_unknown_profile_lists_profiles():
 
 def test_seed_dir_and_hash():
     cfg = load_config("mini", seed=2)
-    assert str(cfg.seed_dir()) == "outputs/mini/seed2"
+    # a relative output_dir is taken from the project root, wherever the notebook runs
+    from acl_lib.config import project_root
+
+    assert cfg.seed_dir() == project_root() / "outputs" / "mini" / "seed2"
+    assert (project_root() / "acl_lib").is_dir() and (project_root() / "notebooks").is_dir()
     assert cfg.hash() == load_config("mini", seed=2).hash()
     other = load_config("mini", ["eval.k=3"], seed=2)
     assert other.hash() != cfg.hash() and other.hash("model") == cfg.hash("model")

@@ -28,6 +28,9 @@ from acl_lib.model.chat_template import IM_END, PAD_TOKEN, RESPONSE_TEMPLATE
 torch.set_num_threads(1)
 
 
+VOCAB = 384  # the placeholder corpus has enough pairs to fill this vocabulary
+
+
 @pytest.fixture(scope="module")
 def cfg():
     return load_config("smoke")
@@ -35,7 +38,7 @@ def cfg():
 
 @pytest.fixture(scope="module")
 def tok(cfg):
-    return train_tokenizer(placeholder_corpus(200, seed=0), cfg.model.vocab_size)
+    return train_tokenizer(placeholder_corpus(200, seed=0), VOCAB)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,7 @@ def model(cfg, tok):
 def test_build_model_matches_config_and_tokenizer(cfg, tok, model):
     c = model.config
     assert type(model).__name__ == "Qwen3ForCausalLM"
-    assert c.vocab_size == len(tok) == cfg.model.vocab_size
+    assert c.vocab_size == len(tok) == VOCAB
     assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim) == (
         cfg.model.hidden_size, cfg.model.num_hidden_layers, cfg.model.num_attention_heads,
         cfg.model.num_key_value_heads, cfg.model.head_dim,
@@ -105,14 +108,16 @@ def test_apply_chat_convention_fixes_a_base_style_tokenizer(tok, tmp_path):
 
 
 def test_build_base_smoke_writes_a_complete_run_once(tmp_path):
-    cfg = load_config("smoke", [f"output_dir={tmp_path}", "pretrain.corpus_docs=24"])
+    cfg = load_config("smoke", [f"output_dir={tmp_path}", "pretrain.corpus_chars=60000"])
     path = build_base(cfg)
     assert path == base_checkpoint(cfg) == str(tmp_path / "smoke" / "seed0" / "base" / "model")
     run_dir = tmp_path / "smoke" / "seed0" / "base"
     assert (run_dir / "COMPLETE.json").exists()
     info = json.loads((run_dir / "base.json").read_text())
     assert info["built_here"] and info["vocab_size"] <= cfg.model.vocab_size
-    assert 0 < info["corpus_docs"] <= cfg.pretrain.corpus_docs
+    mix = cfg.pretrain.mix
+    for domain, share in mix.items():  # every world got at least its share of the corpus
+        assert info["corpus_sources"][domain]["chars"] >= cfg.pretrain.corpus_chars * share / sum(mix.values())
     model, tok = load_model_and_tokenizer(path)
     assert count_parameters(model) == info["parameters"] and len(tok) == info["vocab_size"]
     assert not list(run_dir.glob(".tmp-*"))  # the atomic dir was renamed into place
@@ -124,7 +129,8 @@ def test_build_base_smoke_writes_a_complete_run_once(tmp_path):
 
 def test_build_base_paper_records_the_hub_id_and_trains_nothing(tmp_path):
     cfg = load_config("paper", [f"output_dir={tmp_path}"])
-    assert build_base(cfg) == "Qwen/Qwen3-8B-Base"
+    # evaluate=False: scoring Qwen3-8B-Base needs the model from the Hub and a GPU (vLLM)
+    assert build_base(cfg, evaluate=False) == "Qwen/Qwen3-8B-Base"
     run_dir = tmp_path / "paper" / "seed0" / "base"
     assert json.loads((run_dir / "base.json").read_text()) == {"base_model": "Qwen/Qwen3-8B-Base", "built_here": False}
     assert not (run_dir / "model").exists()

@@ -187,7 +187,7 @@ def base_checkpoint(cfg: Config) -> str:
     return cfg.model.base_model or str(cfg.seed_dir() / "base" / "model")
 
 
-def build_base(cfg: Config) -> str:
+def build_base(cfg: Config, evaluate: bool = True) -> str:
     """Notebook 00: make the base checkpoint every stage starts from. Returns ``base_checkpoint(cfg)``.
 
     - ``model.base_model`` set (paper): record the hub id / path in ``base/base.json``; nothing is
@@ -205,12 +205,13 @@ def build_base(cfg: Config) -> str:
 
     def step(run) -> None:
         from acl_lib.corpus import base_corpus as corpus_with_counts
-        from acl_lib.eval.harness import evaluate
+        from acl_lib.eval.harness import evaluate as score
         from acl_lib.train.launcher import launch
 
         if cfg.model.base_model:
             run.write_json("base.json", {"base_model": cfg.model.base_model, "built_here": False})
-            evaluate(cfg, cfg.model.base_model, run.path, suites="all")
+            if evaluate:
+                score(cfg, cfg.model.base_model, run.path, suites="all")
             return
         torch.manual_seed(cfg.seed)
         t0 = time.perf_counter()
@@ -249,7 +250,8 @@ def build_base(cfg: Config) -> str:
         }
         run.write_json("base.json", info)
         run.logger.info("base model: %s", info)
-        evaluate(cfg, str(run.path / "model"), run.path, suites="all")
+        if evaluate:
+            score(cfg, str(run.path / "model"), run.path, suites="all")
 
     run_once(run, step)
     return base_checkpoint(cfg)
