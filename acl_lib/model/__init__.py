@@ -10,7 +10,7 @@ Names are imported lazily so ``import acl_lib.model`` (e.g. for ``BASE_SECTIONS`
 from __future__ import annotations
 
 # The config sections the base run depends on (its run-store hash).
-BASE_SECTIONS = ("model", "pretrain", "worlds")
+BASE_SECTIONS = ("model", "pretrain", "worlds", "eval")  # eval: the base run also scores the base
 
 _EXPORTS = {
     "train_tokenizer": "acl_lib.model.tokenizer",
