@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DOMAINS = ("math", "search", "ecom", "if")
 
@@ -186,6 +186,13 @@ class Config(_Section):
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     launcher: LauncherConfig = Field(default_factory=LauncherConfig)
 
+    @model_validator(mode="after")
+    def _check_stage_configs(self) -> "Config":
+        # a bad per-stage override fails at load time, before any compute, not when its stage starts
+        for domain in self.pipeline.stage_overrides:
+            self.for_stage(domain)
+        return self
+
     # --- derived -----------------------------------------------------------------------------------
     def seed_dir(self) -> Path:
         """``outputs/<profile>/seed<k>``: where every run of this profile and seed lives.
@@ -203,6 +210,7 @@ class Config(_Section):
         if not items:
             return self
         tree = self.to_dict()
+        tree["pipeline"]["stage_overrides"] = {}  # the stage's own config carries no further overrides
         for item in items:
             key, value = parse_override(item)
             _set_dotted(tree, key, value, f"pipeline.stage_overrides.{domain}")

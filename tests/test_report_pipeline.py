@@ -1,0 +1,69 @@
+"""Capability matrices, trajectories and run naming read from the run store."""
+
+import json
+
+from acl_lib import pipeline, report
+from acl_lib.config import load_config
+
+
+def _write(seed_dir, run, scores):
+    (seed_dir / run).mkdir(parents=True, exist_ok=True)
+    (seed_dir / run / "metrics.json").write_text(json.dumps({"scores": scores}))
+
+
+def test_matrix_trajectories_and_forgetting(tmp_path):
+    _write(tmp_path, "base", {"aime26": 5.0, "nq": 1.0})
+    _write(tmp_path, "seq_math", {"aime26": 30.0, "nq": 2.0})
+    _write(tmp_path, "seq_search", {"aime26": 20.0, "nq": 40.0})
+    scores = report.load_scores(tmp_path, ["base", "seq_math", "seq_search", "seq_ecom"])
+    assert list(scores) == ["base", "seq_math", "seq_search"]  # missing runs are absent, not zero
+    text = report.format_matrix(scores, report.paper_results()["sequential"], ["aime26", "nq"])
+    assert "30.0 (25.8)" in text and "40.0 (45.2)" in text
+    rows = report.forgetting_summary(scores, ["seq_math", "seq_search"], {"seq_math": "aime26", "seq_search": "nq"})
+    math = next(r for r in rows if r["benchmark"] == "aime26")
+    assert (math["after_stage"], math["peak"], math["final"], math["drop_from_peak"]) == (30.0, 30.0, 20.0, 10.0)
+    fig = report.capability_heatmap(scores)
+    assert fig.data[0].z[1][0] == 30.0
+    fig = report.trajectory_figure(scores, report.paper_results()["sequential"], ["aime26"])
+    assert [t.name for t in fig.data] == ["ours", "study"]
+
+
+def test_training_curves_read_the_train_logs(tmp_path):
+    (tmp_path / "train_log.jsonl").write_text("\n".join(json.dumps({"step": i, "loss": 1.0 / i, "reward": i / 10})
+                                                        for i in range(1, 5)))
+    assert len(report.read_train_logs(tmp_path)) == 4
+    fig = report.training_curves(tmp_path)
+    assert {t.name for t in fig.data} == {"train loss", "train reward"}
+
+
+def test_run_names_follow_the_curriculum(tmp_path):
+    cfg = load_config("smoke", [f"output_dir={tmp_path}"])
+    assert pipeline.checkpoint_names(cfg, oracles=False) == ["base", "seq_math", "seq_search", "seq_ecom", "seq_if"]
+    other = load_config("smoke", [f"output_dir={tmp_path}", "pipeline.curriculum=[if,math,search,ecom]"])
+    names = pipeline.checkpoint_names(other, oracles=False)
+    assert names == ["base", "seq1_if", "seq2_if-math", "seq3_if-math-search", "seq4_if-math-search-ecom"]
+    # each stage's input is the stage before it
+    assert pipeline.sequential_run(other, 2).inputs[0].name == "seq1_if"
+
+
+def test_a_stage_refuses_to_start_before_its_input(tmp_path):
+    import pytest
+
+    cfg = load_config("smoke", [f"output_dir={tmp_path}"])
+    with pytest.raises(RuntimeError, match="needs the complete run 'base'"):
+        pipeline.run_sequential_stage(cfg, 1)
+    with pytest.raises(ValueError, match="out of range"):
+        pipeline.sequential_run(cfg, 5)
+
+
+def test_stage_overrides_apply_per_domain_and_are_validated():
+    import pytest
+
+    from acl_lib.config import ConfigError
+
+    cfg = load_config("smoke", ['pipeline.stage_overrides={ecom: ["grpo.max_steps=7"]}'])
+    assert cfg.for_stage("ecom").grpo.max_steps == 7 and cfg.for_stage("math").grpo.max_steps == cfg.grpo.max_steps
+    with pytest.raises(ConfigError, match="grpo.no_such"):  # at load time, before any compute
+        load_config("smoke", ['pipeline.stage_overrides={ecom: ["grpo.no_such=1"]}'])
+    with pytest.raises(ConfigError, match="cannot change the pipeline"):
+        load_config("smoke", ['pipeline.stage_overrides={ecom: ["pipeline.curriculum=[math]"]}'])
