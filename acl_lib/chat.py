@@ -34,7 +34,7 @@ class ToolCall:
 
     def to_message(self) -> dict:
         """The OpenAI/transformers ``tool_calls`` entry (arguments kept as a JSON string)."""
-        return {"type": "function", "function": {"name": self.name, "arguments": json.dumps(self.arguments)}}
+        return {"type": "function", "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}}
 
 
 @dataclass(frozen=True)
@@ -111,4 +111,5 @@ def parse_assistant(text: str) -> ParsedTurn:
 
 def format_tool_call(name: str, arguments: dict) -> str:
     """Render one call the way the chat template renders it (what a model should generate)."""
-    return f"{TOOL_CALL_OPEN}\n" + json.dumps({"name": name, "arguments": arguments}) + f"\n{TOOL_CALL_CLOSE}"
+    # ensure_ascii=False: the chat template's ``tojson`` keeps non-ASCII characters as they are
+    return f"{TOOL_CALL_OPEN}\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + f"\n{TOOL_CALL_CLOSE}"

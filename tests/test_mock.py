@@ -25,8 +25,7 @@ from acl_lib.envs.mock import (
 )
 from acl_lib.envs.usersim import STOP
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "tau2"
-needs_fixture = pytest.mark.skipif(not (FIXTURES / "mock" / "tasks.json").exists(), reason="tau2 fixtures absent")
+FIXTURES = Path(__file__).parent / "data" / "tau2"
 
 
 def drive(env, task, policy, max_turns=10):
@@ -180,7 +179,6 @@ def test_bad_calls_become_errors_not_exceptions():
 # --- real tau2 tasks ------------------------------------------------------------------------------
 
 
-@needs_fixture
 def test_real_tau2_tasks_load_play_and_skip():
     tasks, skipped = load_tau2_mock(FIXTURES / "mock")
     assert len(tasks) == 8 and set(skipped) == {"create_task_1_nl_eval", "update_task_with_user_tools"}

@@ -34,7 +34,7 @@ from acl_lib.envs.retail_db import (
 )
 from acl_lib.model.chat_template import render_chat
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "tau2"
+FIXTURE = Path(__file__).parent / "data" / "tau2"
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 from acl_lib.envs.retail_db import replay
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT.parent / "shared" / "fixtures" / "tau2" / "retail"
+FIXTURE = Path(__file__).parent / "data" / "tau2" / "retail"
 
 
 @pytest.fixture(scope="module")
