@@ -88,7 +88,7 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so readers see the old file or the new one, never a partial one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
@@ -219,7 +219,7 @@ class Run:
 
         header = f"# run {self.name}: config_hash {config_hash}; sections {list(self.sections or ['all'])}\n"
         header += "".join(f"# input {r.name}: {r.completion_hash()}\n" for r in self.inputs)
-        _atomic_write_text(self.path / CONFIG, header + yaml.safe_dump(self.cfg.to_dict(), sort_keys=False))
+        atomic_write_text(self.path / CONFIG, header + yaml.safe_dump(self.cfg.to_dict(), sort_keys=False))
         started = time.time()
         self.write_json(
             RUNNING, {"pid": os.getpid(), "host": socket.gethostname(), "started_at": _now(), "config_hash": config_hash}
@@ -310,7 +310,7 @@ class Run:
     def write_json(self, rel: str, obj: Any) -> Path:
         """Write ``obj`` as JSON to ``<run>/<rel>`` atomically (temp file + ``os.replace``)."""
         path = self.path / rel
-        _atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+        atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
         return path
 
     def read_json(self, rel: str) -> Any:

@@ -26,6 +26,7 @@ from typing import Callable, Protocol, Sequence
 
 from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, make_env, scripted_expert
 from acl_lib.envs.base import Episode, Task
+from acl_lib.runs import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -280,17 +281,11 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
 
 
 def _atomic_write_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(obj, indent=2))
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w") as f:
-        for r in rows:
-            f.write(json.dumps(r, default=str) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
 
 
 def default_out_dir(model: str) -> Path:
