@@ -82,6 +82,20 @@ class WorldsConfig(_Section):
     data_dir: str = ""  # real datasets (paper profile); empty = generate mini worlds
     retriever_url: str = ""  # optional POST /retrieve service for search; empty = local bm25s
     search_topk: int = Field(3, ge=1)
+    # Mini math world: weights of difficulty levels 1-4 per split. The default makes the held-out set
+    # harder than training (AIME-like); a small model may need an easier mix (see the mini profile).
+    math_levels: dict[str, list[float]] = Field(
+        default_factory=lambda: {"train": [4, 3, 2, 1], "test": [1, 2, 3, 4]})
+
+    @field_validator("math_levels")
+    @classmethod
+    def _check_math_levels(cls, v: dict[str, list[float]]) -> dict[str, list[float]]:
+        if set(v) != {"train", "test"}:
+            raise ValueError(f"math_levels needs exactly the keys train and test, got {sorted(v)}")
+        for split, w in v.items():
+            if len(w) != 4 or any(x < 0 for x in w) or sum(w) <= 0:
+                raise ValueError(f"math_levels.{split} must be 4 weights >= 0 with a positive sum, got {w}")
+        return v
 
 
 class EvalConfig(_Section):

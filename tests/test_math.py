@@ -285,3 +285,18 @@ def test_missing_real_files_are_named(tmp_path):
     for split, name in [("train", "dapo_math_17k.parquet"), ("gpqa", "gpqa_diamond.csv"), ("mmlu_redux", "mmlu_redux.jsonl")]:
         with pytest.raises(FileNotFoundError, match=name):
             env.tasks(split, 1)
+
+
+def test_level_weights_come_from_the_world_config():
+    from acl_lib.config import WorldsConfig
+
+    easy = WorldsConfig(math_levels={"train": [3, 1, 0, 0], "test": [0, 0, 0, 1]})
+    env = MathEnv(easy, seed=0)
+    assert {t.meta["level"] for t in env.tasks("train", 80)} == {1, 2}
+    assert {t.meta["level"] for t in env.tasks("test", 40)} == {4}
+    # level 1 is a single operation: one worked step
+    assert all(len(t.meta["steps"]) == 1 for t in env.tasks("train", 80) if t.meta["level"] == 1)
+    with pytest.raises(ValueError, match="math_levels"):
+        WorldsConfig(math_levels={"train": [1, 1, 1], "test": [1, 1, 1, 1]})
+    with pytest.raises(ValueError, match="train and test"):
+        WorldsConfig(math_levels={"train": [1, 1, 1, 1]})

@@ -36,8 +36,10 @@ timeouts are only used on the main thread.
 No extractable answer -> False. Nothing here raises on model output.
 
 Mini world (``worlds.data_dir`` empty): generated problems with integer answers at levels 1-4 from three
-families: ``arith`` (precedence), ``word`` (multi-step word problems), ``algebra`` (solve for x). Train
-draws levels with weights 4:3:2:1, test with 1:2:3:4 (harder on average, same family). A problem belongs
+families: ``arith`` (precedence), ``word`` (multi-step word problems), ``algebra`` (solve for x); level 1
+is one operation, each level adds steps. The level weights per split are ``worlds.math_levels``: by default
+train 4:3:2:1, test 1:2:3:4 (harder on average, same families); the mini profile narrows both to levels 1-2,
+which a ~2M-parameter model can learn in minutes of CPU pretraining (see its comment). A problem belongs
 to the test side iff sha1(problem text) % 4 == 0, so train and test never share a problem for any n or
 seed. Each task keeps its worked steps in ``meta["steps"]`` (structured, so a wrong solution can
 propagate a slip); ``solution_text`` renders them.
@@ -296,11 +298,10 @@ def _fmt(op: str) -> str:
 
 def _gen_arith(level: int, rng: random.Random) -> tuple[str, list[dict]]:
     R = rng.randint
-    if level == 1:
-        a, b, c = R(2, 20), R(2, 9), R(2, 9)
-        if rng.random() < 0.5:
-            return f"Compute {a} + {b} * {c}.", [_step(_fmt("*"), b, "*", c), _step(_fmt("+"), a, "+", _ref(0))]
-        return f"Compute {b} * {c} - {a}.", [_step(_fmt("*"), b, "*", c), _step(_fmt("-"), _ref(0), "-", a)]
+    if level == 1:  # one operation
+        op = rng.choice("+-*")
+        a, b = R(2, 99), (R(2, 9) if op == "*" else R(2, 99))
+        return f"Compute {a} {op} {b}.", [_step(_fmt(op), a, op, b)]
     if level == 2:
         a, b, c, d = R(2, 20), R(2, 20), R(2, 9), R(2, 30)
         return (f"Compute ({a} + {b}) * {c} - {d}.",
@@ -380,7 +381,7 @@ def _gen_algebra(level: int, rng: random.Random) -> tuple[str, list[dict]]:
 
 
 GENERATORS = {"arith": _gen_arith, "word": _gen_word, "algebra": _gen_algebra}
-LEVEL_WEIGHTS = {"train": [4, 3, 2, 1], "test": [1, 2, 3, 4]}
+LEVEL_WEIGHTS = {"train": [4, 3, 2, 1], "test": [1, 2, 3, 4]}  # the default of ``worlds.math_levels``
 
 
 def is_test_problem(problem: str) -> bool:
@@ -388,8 +389,12 @@ def is_test_problem(problem: str) -> bool:
     return int(hashlib.sha1(problem.encode("utf-8")).hexdigest(), 16) % 4 == 0
 
 
-def generate_math(split: str, n: int, world_seed: int = 0, seed: int = 0) -> list[Task]:
-    """``n`` distinct generated problems of ``split`` (``train`` or ``test``), deterministic."""
+def generate_math(split: str, n: int, world_seed: int = 0, seed: int = 0,
+                  level_weights: dict[str, list[float]] | None = None) -> list[Task]:
+    """``n`` distinct generated problems of ``split`` (``train`` or ``test``), deterministic.
+
+    ``level_weights`` (split -> weights of levels 1-4) defaults to ``LEVEL_WEIGHTS``."""
+    weights = (level_weights or LEVEL_WEIGHTS)[split]
     rng = random.Random(f"math:{world_seed}:{split}:{seed}")
     want_test = split == "test"
     tasks: list[Task] = []
@@ -399,7 +404,7 @@ def generate_math(split: str, n: int, world_seed: int = 0, seed: int = 0) -> lis
         attempts += 1
         if attempts > 100 * n + 1000:
             raise RuntimeError(f"could not generate {n} distinct math {split} problems (got {len(tasks)})")
-        level = rng.choices([1, 2, 3, 4], weights=LEVEL_WEIGHTS[split])[0]
+        level = rng.choices([1, 2, 3, 4], weights=weights)[0]
         family = rng.choice(sorted(GENERATORS))
         problem, steps = GENERATORS[family](level, rng)
         if problem in seen or is_test_problem(problem) != want_test:
@@ -586,7 +591,7 @@ class MathEnv(Environment):
             return [pool[i] for i in sorted(rng.sample(range(len(pool)), n))]
         if split in ("gpqa", "mmlu_redux"):
             return mcq.generate_mcq(split, n, self.seed, seed)
-        return generate_math(split, n, self.seed, seed)
+        return generate_math(split, n, self.seed, seed, level_weights=self.worlds.math_levels)
 
     def start(self, task: Task, max_turns: int = 16) -> Episode:
         return SingleTurnEpisode(task, score_response)

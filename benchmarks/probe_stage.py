@@ -1,0 +1,48 @@
+"""Calibration probe: run one stage recipe from any checkpoint and score its in-domain benchmark before/after.
+
+    python benchmarks/probe_stage.py TAG DOMAIN MODEL_DIR [--profile mini] [--set KEY=VALUE ...]
+
+``DOMAIN`` is math, search, ecom or if; the profile's ``pipeline.stage_overrides`` for it apply first, then
+``--set``. Writes ``outputs/<profile>/seed0/pstage_<TAG>/`` (replaced on every call). Prints one ``RESULT``
+line: training wall time and the in-domain score before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("tag")
+    ap.add_argument("domain", choices=["math", "search", "ecom", "if"])
+    ap.add_argument("model_dir")
+    ap.add_argument("--profile", default="mini")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args(argv)
+
+    from acl_lib.config import load_config
+    from acl_lib.envs import IN_DOMAIN
+    from acl_lib.eval.harness import evaluate
+    from acl_lib.pipeline import STAGE_SECTIONS
+    from acl_lib.runs import Run
+    from acl_lib.train.stage import run_stage
+
+    cfg = load_config(args.profile, overrides=args.overrides, seed=0).for_stage(args.domain)
+    run = Run(cfg, f"pstage_{args.tag}", sections=STAGE_SECTIONS)
+    shutil.rmtree(run.path, ignore_errors=True)
+    run.path.mkdir(parents=True)
+    bench = IN_DOMAIN[args.domain]
+    before = evaluate(cfg, args.model_dir, run.path / "eval_before", benchmarks=[bench])["scores"][bench]
+    t0 = time.perf_counter()
+    out = run_stage(cfg, args.domain, args.model_dir, run)
+    train_s = time.perf_counter() - t0
+    after = evaluate(cfg, str(out), run.path / "eval_after", benchmarks=[bench])["scores"][bench]
+    print("RESULT", args.tag, args.domain, "train_s", round(train_s), bench, "before", before, "after", after,
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
