@@ -1,6 +1,10 @@
 """Calibration probe: build and pretrain a base with config overrides, then score a few benchmarks.
 
-    python benchmarks/probe_base.py TAG [--profile mini] [--benchmarks aime26,nq,ifeval] [--set KEY=VALUE ...]
+    python benchmarks/probe_base.py TAG [--profile mini] [--benchmarks aime26,nq,ifeval] [--whole-names]
+                                        [--set KEY=VALUE ...]
+
+``--whole-names``: the tokenizer keeps every word of the search world's entity names whole (one added token
+per word, with and without a leading space; the BPE gets the rest of ``model.vocab_size``).
 
 Writes ``outputs/<profile>/seed0/probe_<TAG>/`` (init/, model/, train_log.jsonl, eval/metrics.json). It does
 not touch the pipeline's runs: use it to try a pretraining recipe or a world change before re-running
@@ -18,6 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("tag")
     ap.add_argument("--profile", default="mini")
     ap.add_argument("--benchmarks", default="aime26,nq,ifeval")
+    ap.add_argument("--whole-names", action="store_true")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
 
@@ -37,7 +42,18 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     t0 = time.perf_counter()
     corpus, stats = base_corpus(cfg)
-    tok = train_tokenizer(corpus, cfg.model.vocab_size, model_max_length=cfg.model.max_position_embeddings)
+    words: list[str] = []
+    if args.whole_names:
+        from acl_lib.envs import make_env
+
+        world = make_env("search", cfg.worlds, seed=cfg.worlds.seed).world
+        words = sorted({w for names in world.entities.values() for name in names for w in name.split()})
+    tok = train_tokenizer(corpus, cfg.model.vocab_size - 2 * len(words),
+                          model_max_length=cfg.model.max_position_embeddings)
+    if words:
+        from tokenizers import AddedToken
+
+        tok.add_tokens([AddedToken(v, normalized=False, special=False) for w in words for v in (w, " " + w)])
     model = build_model(cfg.model, tok)
     print("parameters", count_parameters(model), "corpus", stats, flush=True)
     save(model, tok, run.path / "init")
