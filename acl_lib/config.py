@@ -70,6 +70,10 @@ class PretrainConfig(_Section):
         return v
 
 
+# Default weights of the mini math world's difficulty levels 1-4 per split (``WorldsConfig.math_levels``).
+DEFAULT_MATH_LEVELS = {"train": [4, 3, 2, 1], "test": [1, 2, 3, 4]}
+
+
 class WorldsConfig(_Section):
     """How many tasks of each split the mini worlds generate, and where real data lives."""
 
@@ -85,7 +89,7 @@ class WorldsConfig(_Section):
     # Mini math world: weights of difficulty levels 1-4 per split. The default makes the held-out set
     # harder than training (AIME-like); a small model may need an easier mix (see the mini profile).
     math_levels: dict[str, list[float]] = Field(
-        default_factory=lambda: {"train": [4, 3, 2, 1], "test": [1, 2, 3, 4]})
+        default_factory=lambda: {k: list(v) for k, v in DEFAULT_MATH_LEVELS.items()})
 
     @field_validator("math_levels")
     @classmethod

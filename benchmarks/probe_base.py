@@ -48,12 +48,8 @@ def main(argv: list[str] | None = None) -> None:
 
         world = make_env("search", cfg.worlds, seed=cfg.worlds.seed).world
         words = sorted({w for names in world.entities.values() for name in names for w in name.split()})
-    tok = train_tokenizer(corpus, cfg.model.vocab_size - 2 * len(words),
-                          model_max_length=cfg.model.max_position_embeddings)
-    if words:
-        from tokenizers import AddedToken
-
-        tok.add_tokens([AddedToken(v, normalized=False, special=False) for w in words for v in (w, " " + w)])
+    tok = train_tokenizer(corpus, cfg.model.vocab_size, model_max_length=cfg.model.max_position_embeddings,
+                          keep_whole=words)
     model = build_model(cfg.model, tok)
     print("parameters", count_parameters(model), "corpus", stats, flush=True)
     save(model, tok, run.path / "init")

@@ -92,3 +92,18 @@ def test_save_and_reload_through_autotokenizer(tok, tmp_path):
     assert again.response_template == RESPONSE_TEMPLATE  # saved in tokenizer_config.json
     assert (again.eos_token, again.pad_token, again.padding_side) == (IM_END, PAD_TOKEN, "left")
     assert len(again) == len(tok)
+
+
+def test_keep_whole_words_are_single_tokens_within_the_budget(tmp_path):
+    words = ["Thesund", "Dibriand"]
+    tok = train_tokenizer(placeholder_corpus(300, seed=0), VOCAB, keep_whole=words)
+    assert len(tok) == VOCAB
+    text = "Where is Thesund? Dibriand and Thesund."
+    ids = tok(text)["input_ids"]
+    pieces = [tok.decode([i]) for i in ids]
+    assert pieces.count(" Thesund") == 2 and " Dibriand" in pieces
+    assert tok.decode(ids) == text
+    tok.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path)(text)["input_ids"] == ids
+    plain = train_tokenizer(placeholder_corpus(300, seed=0), VOCAB)
+    assert len(plain(" Thesund")["input_ids"]) > 1  # without keep_whole the name is split

@@ -38,8 +38,8 @@ No extractable answer -> False. Nothing here raises on model output.
 Mini world (``worlds.data_dir`` empty): generated problems with integer answers at levels 1-4 from three
 families: ``arith`` (precedence), ``word`` (multi-step word problems), ``algebra`` (solve for x); level 1
 is one operation, each level adds steps. The level weights per split are ``worlds.math_levels``: by default
-train 4:3:2:1, test 1:2:3:4 (harder on average, same families); the mini profile narrows both to levels 1-2,
-which a ~2M-parameter model can learn in minutes of CPU pretraining (see its comment). A problem belongs
+train 4:3:2:1, test 1:2:3:4 (harder on average, same families); the mini profile narrows both to levels 1-2
+(the easiest mix; measured, it did not by itself raise the mini base's score: see the README). A problem belongs
 to the test side iff sha1(problem text) % 4 == 0, so train and test never share a problem for any n or
 seed. Each task keeps its worked steps in ``meta["steps"]`` (structured, so a wrong solution can
 propagate a slip); ``solution_text`` renders them.
@@ -66,7 +66,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from acl_lib.config import WorldsConfig
+from acl_lib.config import DEFAULT_MATH_LEVELS, WorldsConfig
 from acl_lib.envs import mcq
 from acl_lib.envs.mcq import extract_choice, is_correct_choice  # noqa: F401  (public here too)
 from acl_lib.envs.base import Environment, Episode, SingleTurnEpisode, Task
@@ -381,7 +381,6 @@ def _gen_algebra(level: int, rng: random.Random) -> tuple[str, list[dict]]:
 
 
 GENERATORS = {"arith": _gen_arith, "word": _gen_word, "algebra": _gen_algebra}
-LEVEL_WEIGHTS = {"train": [4, 3, 2, 1], "test": [1, 2, 3, 4]}  # the default of ``worlds.math_levels``
 
 
 def is_test_problem(problem: str) -> bool:
@@ -393,8 +392,8 @@ def generate_math(split: str, n: int, world_seed: int = 0, seed: int = 0,
                   level_weights: dict[str, list[float]] | None = None) -> list[Task]:
     """``n`` distinct generated problems of ``split`` (``train`` or ``test``), deterministic.
 
-    ``level_weights`` (split -> weights of levels 1-4) defaults to ``LEVEL_WEIGHTS``."""
-    weights = (level_weights or LEVEL_WEIGHTS)[split]
+    ``level_weights`` (split -> weights of levels 1-4) defaults to ``DEFAULT_MATH_LEVELS``."""
+    weights = (level_weights or DEFAULT_MATH_LEVELS)[split]
     rng = random.Random(f"math:{world_seed}:{split}:{seed}")
     want_test = split == "test"
     tasks: list[Task] = []

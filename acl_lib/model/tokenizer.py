@@ -38,7 +38,8 @@ def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:
 
 
 def train_tokenizer(
-    corpus: Iterable[str], vocab_size: int, model_max_length: int = 1024, min_frequency: int = 2
+    corpus: Iterable[str], vocab_size: int, model_max_length: int = 1024, min_frequency: int = 2,
+    keep_whole: Iterable[str] = (),
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer on ``corpus`` and wrap it for ``transformers``.
 
@@ -49,8 +50,11 @@ def train_tokenizer(
             plus the 9 chat tokens.
         model_max_length: longest sequence in tokens (the model's ``max_position_embeddings``).
         min_frequency: a pair is merged only if seen at least this often.
+        keep_whole: words that must each be one token (e.g. a world's entity names): each is added with and
+            without a leading space, out of the same ``vocab_size`` budget (the BPE gets fewer merges).
     """
-    n_fixed = 256 + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS)
+    whole = [v for w in dict.fromkeys(keep_whole) for v in (w, " " + w)]
+    n_fixed = 256 + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS) + len(whole)
     if vocab_size <= n_fixed:
         raise ValueError(f"vocab_size {vocab_size} leaves no room for merges (bytes + chat tokens = {n_fixed})")
     tok = Tokenizer(models.BPE())
@@ -58,13 +62,14 @@ def train_tokenizer(
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         # Markup tokens are appended after training, so leave room for them in the target size.
-        vocab_size=vocab_size - len(MARKUP_TOKENS),
+        vocab_size=vocab_size - len(MARKUP_TOKENS) - len(whole),
         min_frequency=min_frequency,
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(_without_markup(corpus), trainer=trainer)
+    tok.add_tokens([AddedToken(v, special=False, normalized=False) for v in whole])
     return wrap_tokenizer(tok, model_max_length)
 
 
