@@ -90,6 +90,16 @@ class WorldsConfig(_Section):
     # harder than training (AIME-like); a small model may need an easier mix (see the mini profile).
     math_levels: dict[str, list[float]] = Field(
         default_factory=lambda: {k: list(v) for k, v in DEFAULT_MATH_LEVELS.items()})
+    # Mini math world: the largest number a generator draws (0 = each generator's own range, up to 99).
+    # Small caps make the arithmetic a table a small model can learn in minutes (see the mini profile).
+    math_max_operand: int = Field(0, ge=0)
+
+    @field_validator("math_max_operand")
+    @classmethod
+    def _check_math_max_operand(cls, v: int) -> int:
+        if 0 < v < 9:
+            raise ValueError(f"math_max_operand must be 0 (generator ranges) or >= 9, got {v}")
+        return v
 
     @field_validator("math_levels")
     @classmethod

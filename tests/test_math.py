@@ -300,3 +300,29 @@ def test_level_weights_come_from_the_world_config():
         WorldsConfig(math_levels={"train": [1, 1, 1], "test": [1, 1, 1, 1]})
     with pytest.raises(ValueError, match="train and test"):
         WorldsConfig(math_levels={"train": [1, 1, 1, 1]})
+
+
+def test_max_operand_caps_every_drawn_number():
+    import re
+
+    from acl_lib.config import WorldsConfig
+
+    def numbers(tasks):
+        return [int(x) for t in tasks for x in re.findall(r"\d+", t.meta["problem"])]
+
+    plain = MathEnv(WorldsConfig(math_levels={"train": [1, 0, 0, 0], "test": [1, 0, 0, 0]}), seed=0)
+    small = MathEnv(WorldsConfig(math_levels={"train": [1, 0, 0, 0], "test": [1, 0, 0, 0]}, math_max_operand=9),
+                    seed=0)
+    assert max(numbers(plain.tasks("train", 100))) > 20
+    tasks = small.tasks("train", 100)
+    # "x + a = c" and "gives away b of a + b" state a sum of two drawn numbers; everything drawn is <= 9
+    assert max(numbers(tasks)) <= 18
+    assert all(int(x) <= 9 for t in tasks for x in re.findall(r"\d+", t.meta["problem"].split("=")[0])
+               if "gives away" not in t.meta["problem"])
+    assert len({t.meta["problem"] for t in small.tasks("test", 32)}) == 32  # still enough distinct problems
+    # the default (0) leaves the generators' ranges: the same problems as before the option existed
+    assert [t.meta["problem"] for t in plain.tasks("test", 8)] == [
+        t.meta["problem"] for t in MathEnv(WorldsConfig(math_levels=plain.worlds.math_levels, math_max_operand=0),
+                                          seed=0).tasks("test", 8)]
+    with pytest.raises(ValueError, match="math_max_operand"):
+        WorldsConfig(math_max_operand=5)

@@ -38,8 +38,9 @@ No extractable answer -> False. Nothing here raises on model output.
 Mini world (``worlds.data_dir`` empty): generated problems with integer answers at levels 1-4 from three
 families: ``arith`` (precedence), ``word`` (multi-step word problems), ``algebra`` (solve for x); level 1
 is one operation, each level adds steps. The level weights per split are ``worlds.math_levels``: by default
-train 4:3:2:1, test 1:2:3:4 (harder on average, same families); the mini profile narrows both to levels 1-2
-(the easiest mix; measured, it did not by itself raise the mini base's score: see the README). A problem belongs
+train 4:3:2:1, test 1:2:3:4 (harder on average, same families). ``worlds.math_max_operand`` (> 0) caps every
+number a generator draws. The mini profile uses level 1 only with numbers up to 9 (measured: with two-digit
+operands or the default mix a ~2M model trained for minutes does not learn the arithmetic; see the README). A problem belongs
 to the test side iff sha1(problem text) % 4 == 0, so train and test never share a problem for any n or
 seed. Each task keeps its worked steps in ``meta["steps"]`` (structured, so a wrong solution can
 propagate a slip); ``solution_text`` renders them.
@@ -388,13 +389,30 @@ def is_test_problem(problem: str) -> bool:
     return int(hashlib.sha1(problem.encode("utf-8")).hexdigest(), 16) % 4 == 0
 
 
+class _CappedRandom:
+    """``rng`` whose ``randint(lo, hi)`` never exceeds ``cap`` (but never goes below ``lo``); the rest passes
+    through. It shrinks every number a generator draws, so the arithmetic table stays small."""
+
+    def __init__(self, rng: random.Random, cap: int):
+        self._rng, self._cap = rng, cap
+
+    def randint(self, lo: int, hi: int) -> int:
+        return self._rng.randint(lo, max(lo, min(hi, self._cap)))
+
+    def __getattr__(self, name: str):
+        return getattr(self._rng, name)
+
+
 def generate_math(split: str, n: int, world_seed: int = 0, seed: int = 0,
-                  level_weights: dict[str, list[float]] | None = None) -> list[Task]:
+                  level_weights: dict[str, list[float]] | None = None, max_operand: int = 0) -> list[Task]:
     """``n`` distinct generated problems of ``split`` (``train`` or ``test``), deterministic.
 
-    ``level_weights`` (split -> weights of levels 1-4) defaults to ``DEFAULT_MATH_LEVELS``."""
+    ``level_weights`` (split -> weights of levels 1-4) defaults to ``DEFAULT_MATH_LEVELS``; ``max_operand``
+    (> 0) caps every number the generators draw (``worlds.math_max_operand``)."""
     weights = (level_weights or DEFAULT_MATH_LEVELS)[split]
     rng = random.Random(f"math:{world_seed}:{split}:{seed}")
+    if max_operand:
+        rng = _CappedRandom(rng, max_operand)
     want_test = split == "test"
     tasks: list[Task] = []
     seen: set[str] = set()
@@ -590,7 +608,8 @@ class MathEnv(Environment):
             return [pool[i] for i in sorted(rng.sample(range(len(pool)), n))]
         if split in ("gpqa", "mmlu_redux"):
             return mcq.generate_mcq(split, n, self.seed, seed)
-        return generate_math(split, n, self.seed, seed, level_weights=self.worlds.math_levels)
+        return generate_math(split, n, self.seed, seed, level_weights=self.worlds.math_levels,
+                             max_operand=self.worlds.math_max_operand)
 
     def start(self, task: Task, max_turns: int = 16) -> Episode:
         return SingleTurnEpisode(task, score_response)
