@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> None:
     from acl_lib.runs import Run
     from acl_lib.train.stage import run_stage
 
-    cfg = load_config(args.profile, overrides=args.overrides, seed=0).for_stage(args.domain)
+    # the profile's stage overrides first, then --set (so --set wins over them)
+    stage_items = load_config(args.profile, seed=0).pipeline.stage_overrides.get(args.domain, [])
+    cfg = load_config(args.profile, overrides=[*stage_items, *args.overrides], seed=0)
     run = Run(cfg, f"pstage_{args.tag}", sections=STAGE_SECTIONS)
     shutil.rmtree(run.path, ignore_errors=True)
     run.path.mkdir(parents=True)
