@@ -91,7 +91,7 @@ class WorldsConfig(_Section):
     math_levels: dict[str, list[float]] = Field(
         default_factory=lambda: {k: list(v) for k, v in DEFAULT_MATH_LEVELS.items()})
     # Mini math world: the largest number a generator draws (0 = each generator's own range, up to 99).
-    # Small caps make the arithmetic a table a small model can learn in minutes (see the mini profile).
+    # A small cap keeps the arithmetic a table small enough for the mini model (see the mini profile).
     math_max_operand: int = Field(0, ge=0)
 
     @field_validator("math_max_operand")

@@ -30,8 +30,9 @@ def main(argv: list[str] | None = None) -> None:
     from acl_lib.runs import Run
     from acl_lib.train.stage import run_stage
 
-    # the profile's stage overrides first, then --set (so --set wins over them)
-    stage_items = load_config(args.profile, seed=0).pipeline.stage_overrides.get(args.domain, [])
+    # the stage overrides (the profile's, or --set pipeline.stage_overrides=...) first, then --set, which wins
+    given = load_config(args.profile, overrides=args.overrides, seed=0)
+    stage_items = given.pipeline.stage_overrides.get(args.domain, [])
     cfg = load_config(args.profile, overrides=[*stage_items, *args.overrides], seed=0)
     run = Run(cfg, f"pstage_{args.tag}", sections=STAGE_SECTIONS)
     shutil.rmtree(run.path, ignore_errors=True)
