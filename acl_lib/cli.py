@@ -42,7 +42,10 @@ def _add_set(p: argparse.ArgumentParser) -> None:
         nargs="+",
         action="extend",
         default=[],
-        help="config override(s), dotted keys, YAML values: --set eval.k=4 pipeline.curriculum=[if,math,search,ecom]",
+        help="config override(s), dotted keys, YAML values: --set eval.k=4 pipeline.curriculum=[if,math,search,ecom]. "
+        "A training stage then applies the profile's pipeline.stage_overrides for its domain on top, so a key listed "
+        "there (e.g. sft.max_steps in mini) is changed per stage with "
+        "--set 'pipeline.stage_overrides={search: [sft.max_steps=600]}' (this replaces the profile's lists)",
     )
 
 

@@ -79,12 +79,49 @@ def oracle_run(cfg: Config, domain: str) -> Run:
     return Run(cfg, f"oracle_{domain}", sections=STAGE_SECTIONS, inputs=[base_run(cfg)])
 
 
+def _copy_run_fn(cfg: Config, source: Run):
+    """Fill a run with the outputs of ``source``, a complete run of the very same job."""
+    import shutil
+
+    def fn(run: Run) -> None:
+        for rel in ("model", "records"):
+            if (source.path / rel).is_dir():
+                with run.atomic_dir(rel) as tmp:
+                    shutil.copytree(source.path / rel, tmp, dirs_exist_ok=True)
+        for rel in ("stage.json", "metrics.json", "train_summary.json", "train_log.jsonl"):
+            if (source.path / rel).is_file():
+                shutil.copy2(source.path / rel, run.path / rel)
+        run.write_json("same_as.json", {"run": source.name, "path": str(source.path),
+                                        "why": "same stage recipe from the same base with the same seed"})
+        run.logger.info("%s is the same job as the complete run %s: copied, not retrained", run.name, source.name)
+
+    return fn
+
+
 def run_oracle(cfg: Config, domain: str) -> Run:
-    """The single-task oracle for ``domain``: the same stage recipe, from the base."""
+    """The single-task oracle for ``domain``: the same stage recipe, from the base.
+
+    The oracle of the curriculum's first domain is the same job as ``seq`` stage 1 (same recipe, same base,
+    same seed), so when that stage is complete its outputs are copied instead of trained again
+    (``same_as.json`` says so); otherwise the oracle trains.
+    """
     base = base_run(cfg)
     if not base.is_complete():
         raise RuntimeError(f"oracles need the complete base run first ({base.path}); run notebook 00")
+    same = oracle_twin(cfg, domain)
+    if same is not None:
+        return run_once(oracle_run(cfg, domain), _copy_run_fn(cfg, same))
     return run_once(oracle_run(cfg, domain), _stage_fn(cfg, domain, base))
+
+
+def oracle_twin(cfg: Config, domain: str) -> Run | None:
+    """The complete run that is the same job as ``oracle_<domain>`` (sequential stage 1 when the curriculum
+    starts with ``domain``), or None."""
+    if cfg.pipeline.curriculum and cfg.pipeline.curriculum[0] == domain:
+        first = sequential_run(cfg, 1)
+        if first.is_complete() and first.inputs[0].name == oracle_run(cfg, domain).inputs[0].name:
+            return first
+    return None
 
 
 def checkpoint_names(cfg: Config, oracles: bool = True) -> list[str]:

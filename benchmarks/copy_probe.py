@@ -16,6 +16,7 @@ the markers but guesses every repeated token, 1 for one that copies them all (no
 outside [0, 1]). ``loss now`` is the mean of the last 20 steps.
 
     python benchmarks/copy_probe.py --profile mini --steps 400 --lr 3e-3 --tasks offset1,offset9,induction
+    python benchmarks/copy_probe.py --tasks induction --set model.num_attention_heads=8 --set model.head_dim=24
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--length", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override, e.g. model.num_hidden_layers=2 (another architecture)")
     args = ap.parse_args(argv)
 
     import torch
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     from acl_lib.config import load_config
 
     torch.set_num_threads(2)
-    cfg = load_config(args.profile)
+    cfg = load_config(args.profile, overrides=args.overrides)
     for task in args.tasks.split(","):
         print(probe(cfg, task, args.steps, args.lr, args.vocab, args.batch, args.length, args.seed), flush=True)
 

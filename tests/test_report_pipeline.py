@@ -67,3 +67,28 @@ def test_stage_overrides_apply_per_domain_and_are_validated():
         load_config("smoke", ['pipeline.stage_overrides={ecom: ["grpo.no_such=1"]}'])
     with pytest.raises(ConfigError, match="cannot change the pipeline"):
         load_config("smoke", ['pipeline.stage_overrides={ecom: ["pipeline.curriculum=[math]"]}'])
+
+
+def _complete(run, files: dict[str, str]) -> None:
+    with run.start():
+        (run.path / "model").mkdir()
+        (run.path / "model" / "weights.txt").write_text("w")
+        for rel, text in files.items():
+            (run.path / rel).write_text(text)
+
+
+def test_the_first_stages_oracle_is_copied_not_retrained(tmp_path):
+    cfg = load_config("smoke", [f"output_dir={tmp_path}"])
+    assert pipeline.oracle_twin(cfg, "math") is None  # seq_math not complete: the oracle would train
+    _complete(pipeline.base_run(cfg), {})
+    _complete(pipeline.sequential_run(cfg, 1), {"metrics.json": json.dumps({"scores": {"aime26": 0.5}})})
+    assert pipeline.oracle_twin(cfg, "math").name == "seq_math"
+    assert pipeline.oracle_twin(cfg, "search") is None  # only the curriculum's first domain has a twin
+    run = pipeline.run_oracle(cfg, "math")
+    assert run.is_complete()
+    assert json.loads((run.path / "metrics.json").read_text())["scores"] == {"aime26": 0.5}
+    assert (run.path / "model" / "weights.txt").read_text() == "w"
+    assert json.loads((run.path / "same_as.json").read_text())["run"] == "seq_math"
+    # another curriculum: math is no longer first, so its oracle has no twin
+    other = load_config("smoke", [f"output_dir={tmp_path}", "pipeline.curriculum=[if,math,search,ecom]"])
+    assert pipeline.oracle_twin(other, "math") is None
