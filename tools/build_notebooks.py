@@ -8,6 +8,7 @@ Edit this file, not the notebooks, and re-run it.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import nbformat
@@ -155,7 +156,10 @@ def oracles_notebook() -> nbformat.NotebookNode:
         "# 05 · Single-task oracles\n\n"
         "Each oracle runs the same stage recipe as the sequential pipeline, from the base, on one domain "
         "only (`oracle_math`, `oracle_search`, `oracle_ecom`, `oracle_if`): the per-domain ceiling the "
-        "study compares every consolidation against. Each is scored on the whole suite.\n\n" + _cmd(name)
+        "study compares every consolidation against. Each is scored on the whole suite. The oracle of the "
+        "curriculum's first domain is the same job as sequential stage 1 (same recipe, base and seed): when that "
+        "stage is complete, its outputs are copied rather than trained twice (`same_as.json` says so).\n\n"
+        + _cmd(name)
     )
     nb = new_notebook()
     nb.cells = [
@@ -180,20 +184,22 @@ def oracles_notebook() -> nbformat.NotebookNode:
     return nb
 
 
+def write(nb: nbformat.NotebookNode, path: Path) -> None:
+    """Write ``nb`` with the Python 3 kernel and cell ids fixed by file name and position, so that
+    rebuilding an unchanged notebook changes no byte."""
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    for i, cell in enumerate(nb.cells):
+        cell.id = hashlib.sha1(f"{path.name}:{i}".encode()).hexdigest()[:8]
+    nbformat.write(nb, path)
+
+
 def main() -> None:
     out = ROOT / "notebooks"
     out.mkdir(exist_ok=True)
-    kernel = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    nb = base_notebook()
-    nb.metadata["kernelspec"] = kernel
-    nbformat.write(nb, out / "00_base_model.ipynb")
+    write(base_notebook(), out / "00_base_model.ipynb")
     for i in range(1, 5):
-        nb = stage_notebook(i)
-        nb.metadata["kernelspec"] = kernel
-        nbformat.write(nb, out / f"{i:02d}_seq_stage_{i}.ipynb")
-    nb = oracles_notebook()
-    nb.metadata["kernelspec"] = kernel
-    nbformat.write(nb, out / "05_oracles.ipynb")
+        write(stage_notebook(i), out / f"{i:02d}_seq_stage_{i}.ipynb")
+    write(oracles_notebook(), out / "05_oracles.ipynb")
 
 
 if __name__ == "__main__":
