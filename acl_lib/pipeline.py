@@ -79,7 +79,7 @@ def oracle_run(cfg: Config, domain: str) -> Run:
     return Run(cfg, f"oracle_{domain}", sections=STAGE_SECTIONS, inputs=[base_run(cfg)])
 
 
-def _copy_run_fn(cfg: Config, source: Run):
+def _copy_run_fn(source: Run):
     """Fill a run with the outputs of ``source``, a complete run of the very same job."""
     import shutil
 
@@ -108,18 +108,17 @@ def run_oracle(cfg: Config, domain: str) -> Run:
     base = base_run(cfg)
     if not base.is_complete():
         raise RuntimeError(f"oracles need the complete base run first ({base.path}); run notebook 00")
-    same = oracle_twin(cfg, domain)
-    if same is not None:
-        return run_once(oracle_run(cfg, domain), _copy_run_fn(cfg, same))
-    return run_once(oracle_run(cfg, domain), _stage_fn(cfg, domain, base))
+    twin = oracle_twin(cfg, domain)
+    fn = _copy_run_fn(twin) if twin is not None else _stage_fn(cfg, domain, base)
+    return run_once(oracle_run(cfg, domain), fn)
 
 
 def oracle_twin(cfg: Config, domain: str) -> Run | None:
     """The complete run that is the same job as ``oracle_<domain>`` (sequential stage 1 when the curriculum
     starts with ``domain``), or None."""
     if cfg.pipeline.curriculum and cfg.pipeline.curriculum[0] == domain:
-        first = sequential_run(cfg, 1)
-        if first.is_complete() and first.inputs[0].name == oracle_run(cfg, domain).inputs[0].name:
+        first = sequential_run(cfg, 1)  # its input is the base, as the oracle's is
+        if first.is_complete():
             return first
     return None
 

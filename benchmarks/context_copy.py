@@ -33,8 +33,9 @@ def copy_gain(model, tokenizer, lists: list[str], sep: str = " |") -> dict:
     for words in lists:
         text = " " + words  # both copies start with a space, so they tokenize alike
         ids = tokenizer(text + sep + text)["input_ids"]
-        n = len(tokenizer(text)["input_ids"])
-        if ids[-n:] != tokenizer(text)["input_ids"] or len(ids) < 2 * n + 1:
+        once = tokenizer(text)["input_ids"]
+        n = len(once)
+        if ids[-n:] != once or len(ids) < 2 * n + 1:
             raise ValueError(f"the list does not tokenize the same twice; use another separator than {sep!r}")
         with torch.no_grad():
             logp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1].float(), -1)
