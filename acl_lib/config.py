@@ -57,7 +57,7 @@ class PretrainConfig(_Section):
     seq_len: int = Field(256, ge=16)
     learning_rate: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(0, ge=0)
-
+    max_turns: int = Field(8, ge=1)  # turn limit of the corpus's expert transcripts
 
     @field_validator("mix")
     @classmethod
@@ -143,6 +143,10 @@ class GRPOConfig(_Section):
     # Multi-turn worlds (search, retail): tokens of a whole rollout, policy + tool/user tokens of every turn
     # (TRL counts a multi-turn completion whole); each turn is also capped by eval.max_new_tokens.
     max_episode_tokens: int = Field(1024, ge=8)
+    # Multi-turn worlds: assistant turns per training episode and tokens per turn (also the cold start's
+    # demo episodes). Training keys, apart from eval.max_turns / eval.max_new_tokens: re-scoring never retrains.
+    max_turns: int = Field(8, ge=1)
+    max_new_tokens: int = Field(128, ge=1)
     use_vllm: bool = False
 
 

@@ -106,7 +106,7 @@ def base_corpus(cfg: Config) -> tuple[list[str], dict[str, dict]]:
         def render(task: Task) -> str:
             if wrong_fn is not None and not task.tools:
                 wrong[task.id] = wrong_fn(task, rng)
-            return render_chat(transcript(env, policy, task, cfg.eval.max_turns), tools=task.tools or None)
+            return render_chat(transcript(env, policy, task, cfg.pretrain.max_turns), tools=task.tools or None)
 
         probe = env.tasks("train", 16, seed=cfg.worlds.seed + 1000 + cfg.seed)
         per_doc = max(1, sum(len(render(t)) for t in probe) // max(1, len(probe)))

@@ -3,10 +3,15 @@
     base -> seq_<d1> -> seq_<d2> -> seq_<d3> -> seq_<d4>      (d = cfg.pipeline.curriculum, any order)
     base -> oracle_<d>                                       (one per domain)
 
-Each run trains one stage with ``acl_lib.train.stage.run_stage`` from its input checkpoint, saves the
-model under ``<run>/model`` and scores it on the whole suite into ``<run>/metrics.json``. A run's config
-hash covers the sections it depends on and its input run, so changing a stage's recipe re-runs it and
-every run after it, and nothing else.
+Training and evaluation are separate runs. A training run (``seq_math``) holds the checkpoint
+(``<run>/model``); its evaluation is a run of its own nested inside it (``seq_math/eval``, holding
+``metrics.json`` and ``records/``) that depends on the checkpoint and on the ``worlds`` / ``eval`` sections.
+So re-scoring with another ``eval.k``, temperature or turn limit re-runs evaluations only.
+
+A training run's config hash covers its own resolved recipe and nothing else: the ``model``, ``worlds``,
+``sft`` and ``grpo`` sections *after* its domain's ``pipeline.stage_overrides`` are applied, whether its
+domain cold-starts, and the completion record of the run it starts from. Changing one stage's overrides
+re-runs that stage and every stage after it (their input changed), and nothing before it.
 """
 
 from __future__ import annotations
@@ -16,14 +21,17 @@ from pathlib import Path
 from acl_lib.config import Config
 from acl_lib.runs import Run, run_once
 
-# What a training stage depends on (besides its input run).
-STAGE_SECTIONS = ("model", "pretrain", "worlds", "sft", "grpo", "pipeline", "eval")
+# What a training stage depends on (besides its input run and its domain's recipe, see ``stage_training_run``).
+STAGE_SECTIONS = ("model", "worlds", "sft", "grpo")
+# What an evaluation depends on (besides the checkpoint it scores).
+EVAL_SECTIONS = ("worlds", "eval")
+EVAL_DIR = "eval"  # an evaluation run lives in <training run>/eval/
 
 
 def base_run(cfg: Config) -> Run:
-    from acl_lib.model import BASE_SECTIONS
+    from acl_lib.model import base_run as run
 
-    return Run(cfg, "base", sections=BASE_SECTIONS)
+    return run(cfg)
 
 
 def seq_run_names(cfg: Config) -> list[str]:
@@ -34,20 +42,35 @@ def model_dir(run: Run) -> Path:
     return run.path / "model"
 
 
-def evaluate_run(cfg: Config, run: Run) -> dict:
-    """Score ``<run>/model`` on the whole suite into ``<run>/metrics.json`` (+ records/)."""
+def eval_run(cfg: Config, trained: Run) -> Run:
+    """The evaluation run of a training run: ``<trained>/eval``, keyed on ``worlds`` + ``eval`` and the checkpoint."""
+    return Run(cfg, f"{trained.name}/{EVAL_DIR}", sections=EVAL_SECTIONS, inputs=[trained])
+
+
+def evaluate_checkpoint(cfg: Config, trained: Run) -> Run:
+    """Score ``<trained>/model`` on the whole suite into ``<trained>/eval/metrics.json`` (+ records/); skipped
+    when that evaluation is complete for this checkpoint and these ``worlds`` / ``eval`` settings."""
     from acl_lib.eval.harness import evaluate
 
-    return evaluate(cfg, str(model_dir(run)), run.path, suites="all")
+    if not trained.is_complete():
+        raise RuntimeError(f"cannot evaluate {trained.name}: the run is not complete ({trained.path})")
+    run = eval_run(cfg, trained)
+    return run_once(run, lambda r: evaluate(cfg, str(model_dir(trained)), r.path, suites="all"))
 
 
-def _stage_fn(cfg: Config, domain: str, init: Run):
+def stage_training_run(cfg: Config, name: str, domain: str, start: Run) -> Run:
+    """The training run of stage ``domain`` started from ``start``, keyed on the stage's own resolved recipe."""
+    return Run(cfg.for_stage(domain), name, sections=STAGE_SECTIONS, inputs=[start],
+               extra={"domain": domain, "cold_start": bool(cfg.pipeline.cold_start.get(domain))})
+
+
+def _stage_fn(domain: str, init: Run):
     def fn(run: Run) -> None:
         from acl_lib.train.stage import run_stage
 
-        stage_cfg = cfg.for_stage(domain)
-        run_stage(stage_cfg, domain, model_dir(init), run)
-        evaluate_run(cfg, run)
+        run.checkpoint_dir()  # marks checkpoints/ with this run's hash before any trainer writes there
+        summary = run_stage(run.cfg, domain, model_dir(init), run.path)
+        run.logger.info("stage %s: %s", domain, {k: summary.get(k) for k in ("cold_start", "demos") if k in summary})
 
     return fn
 
@@ -63,20 +86,23 @@ def sequential_run(cfg: Config, index: int) -> Run:
     name = f"seq_{curriculum[index - 1]}"
     if curriculum != ["math", "search", "ecom", "if"]:
         name = f"seq{index}_{'-'.join(curriculum[:index])}"
-    return Run(cfg, name, sections=STAGE_SECTIONS, inputs=[prev])
+    return stage_training_run(cfg, name, curriculum[index - 1], prev)
 
 
 def run_sequential_stage(cfg: Config, index: int) -> Run:
-    """Train and evaluate stage ``index`` of the curriculum (skipped when already complete)."""
+    """Train stage ``index`` of the curriculum, then evaluate it (each skipped when already complete).
+    Returns the training run; its scores are in ``<run>/eval/metrics.json``."""
     run = sequential_run(cfg, index)
     prev = run.inputs[0]
     if not prev.is_complete():
         raise RuntimeError(f"stage {index} needs the complete run '{prev.name}' first ({prev.path}); run its notebook")
-    return run_once(run, _stage_fn(cfg, cfg.pipeline.curriculum[index - 1], prev))
+    run_once(run, _stage_fn(cfg.pipeline.curriculum[index - 1], prev))
+    evaluate_checkpoint(cfg, run)
+    return run
 
 
 def oracle_run(cfg: Config, domain: str) -> Run:
-    return Run(cfg, f"oracle_{domain}", sections=STAGE_SECTIONS, inputs=[base_run(cfg)])
+    return stage_training_run(cfg, f"oracle_{domain}", domain, base_run(cfg))
 
 
 def _copy_run_fn(source: Run):
@@ -84,11 +110,9 @@ def _copy_run_fn(source: Run):
     import shutil
 
     def fn(run: Run) -> None:
-        for rel in ("model", "records"):
-            if (source.path / rel).is_dir():
-                with run.atomic_dir(rel) as tmp:
-                    shutil.copytree(source.path / rel, tmp, dirs_exist_ok=True)
-        for rel in ("stage.json", "metrics.json", "train_summary.json", "train_log.jsonl"):
+        with run.atomic_dir("model") as tmp:
+            shutil.copytree(source.path / "model", tmp, dirs_exist_ok=True)
+        for rel in ("stage.json", "train_summary.json", "train_log.jsonl"):
             if (source.path / rel).is_file():
                 shutil.copy2(source.path / rel, run.path / rel)
         run.write_json("same_as.json", {"run": source.name, "path": str(source.path),
@@ -109,8 +133,10 @@ def run_oracle(cfg: Config, domain: str) -> Run:
     if not base.is_complete():
         raise RuntimeError(f"oracles need the complete base run first ({base.path}); run notebook 00")
     twin = oracle_twin(cfg, domain)
-    fn = _copy_run_fn(twin) if twin is not None else _stage_fn(cfg, domain, base)
-    return run_once(oracle_run(cfg, domain), fn)
+    fn = _copy_run_fn(twin) if twin is not None else _stage_fn(domain, base)
+    run = run_once(oracle_run(cfg, domain), fn)
+    evaluate_checkpoint(cfg, run)
+    return run
 
 
 def oracle_twin(cfg: Config, domain: str) -> Run | None:

@@ -23,10 +23,11 @@ def paper_results() -> dict:
 
 
 def load_scores(seed_dir: str | Path, runs: list[str]) -> dict[str, dict[str, float]]:
-    """``{run: {benchmark: percent}}`` for every run of ``runs`` that has a metrics.json (others absent)."""
+    """``{run: {benchmark: percent}}`` for every run of ``runs`` whose evaluation (``<run>/eval/metrics.json``)
+    exists (others absent)."""
     out = {}
     for name in runs:
-        p = Path(seed_dir) / name / "metrics.json"
+        p = Path(seed_dir) / name / "eval" / "metrics.json"
         if p.exists():
             out[name] = json.loads(p.read_text())["scores"]
     return out

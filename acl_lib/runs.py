@@ -39,7 +39,6 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -50,6 +49,7 @@ from typing import Any
 
 import yaml
 
+from acl_lib.atomic import atomic_dir, atomic_write_text, write_json
 from acl_lib.config import Config
 
 COMPLETE = "COMPLETE.json"
@@ -88,21 +88,6 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so readers see the old file or the new one, never a partial one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -139,10 +124,13 @@ class Run:
         name: str,
         sections: tuple[str, ...] | None = None,
         inputs: list[Run] | tuple[Run, ...] = (),
+        extra: dict | None = None,
     ):
-        """``name`` may contain ``/`` (e.g. ``"eval/seq_math"``) to nest runs. ``sections``: the top-level
+        """``name`` may contain ``/`` (e.g. ``"seq_math/eval"``) to nest runs. ``sections``: the top-level
         config keys this run's result depends on (None: all but ``NON_RESULT_KEYS``). ``inputs``: runs whose
-        outputs this one reads; their completion records enter ``config_hash``."""
+        outputs this one reads; their completion records enter ``config_hash``. ``extra``: further
+        JSON-able values the result depends on (e.g. the one entry of a per-domain mapping that concerns
+        this run, where the whole config section would key it on every domain's entry)."""
         self.cfg = cfg
         self.name = name
         self.path: Path = cfg.seed_dir() / name
@@ -153,6 +141,7 @@ class Run:
                 raise ValueError(f"run {name}: unknown config section(s) {unknown}; sections are {list(all_keys)}")
         self.sections = tuple(sections) if sections is not None else None
         self.inputs = list(inputs)
+        self.extra = dict(extra or {})
         self.logger = logging.getLogger("acl.run." + name.replace("/", "."))
         self.logger.setLevel(logging.INFO)
         _ensure_console_handler()
@@ -170,6 +159,8 @@ class Run:
             "config": {k: d[k] for k in keys},
             "inputs": {r.name: r.completion_hash() for r in self.inputs},
         }
+        if self.extra:
+            payload["extra"] = self.extra
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def completion_hash(self) -> str:
@@ -286,32 +277,13 @@ class Run:
                 _remove(p)
 
     # --- atomic outputs --------------------------------------------------------------------------------
-    @contextmanager
-    def atomic_dir(self, rel: str) -> Iterator[Path]:
-        """Yield an empty temporary dir beside ``<run>/<rel>``; on success it replaces ``<rel>`` (an older one
-        is removed), on an exception it is deleted. ``<rel>`` is therefore never half-written."""
-        final = self.path / rel
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
-        try:
-            yield tmp
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        if final.exists():
-            # rename the old one away first: a crash between the two renames leaves no <rel>, never a mix
-            old = Path(tempfile.mkdtemp(prefix=f".tmp-old-{final.name}-", dir=final.parent))
-            os.rename(final, old / "x")
-            os.rename(tmp, final)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, final)
+    def atomic_dir(self, rel: str):
+        """``atomic.atomic_dir(<run>/<rel>)``: ``<rel>`` is never half-written (see ``acl_lib.atomic``)."""
+        return atomic_dir(self.path / rel)
 
     def write_json(self, rel: str, obj: Any) -> Path:
         """Write ``obj`` as JSON to ``<run>/<rel>`` atomically (temp file + ``os.replace``)."""
-        path = self.path / rel
-        atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
-        return path
+        return write_json(self.path / rel, obj)
 
     def read_json(self, rel: str) -> Any:
         return json.loads((self.path / rel).read_text())

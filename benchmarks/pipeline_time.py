@@ -51,7 +51,8 @@ def main() -> int:
     budget = BUDGET_S.get(args.profile)
     print(f"| **total (acl run)** | **{total:.1f}** | budget {budget} s: {'within' if budget and total <= budget else 'OVER'} |")
     seed_dir = out / args.profile / "seed0"
-    scores = {p.parent.name: json.loads(p.read_text())["scores"] for p in sorted(seed_dir.glob("*/metrics.json"))}
+    scores = {p.parent.parent.name: json.loads(p.read_text())["scores"]
+              for p in sorted(seed_dir.glob("*/eval/metrics.json"))}
     if scores:
         benches = list(next(iter(scores.values())))
         print("\n| run | " + " | ".join(benches) + " |\n|---|" + "---:|" * len(benches))

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     model = build_model(cfg.model, tok)
     print("parameters", count_parameters(model), "corpus", stats, flush=True)
     save(model, tok, run.path / "init")
-    train_pretrain(cfg, run.path / "init", corpus, run)
+    train_pretrain(cfg, run.path / "init", corpus, run.path)
     t1 = time.perf_counter()
     benches = args.benchmarks.split(",")
     metrics = evaluate(cfg, str(run.path / "model"), run.path / "eval", benchmarks=benches)

@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> None:
     bench = IN_DOMAIN[args.domain]
     before = evaluate(cfg, args.model_dir, run.path / "eval_before", benchmarks=[bench])["scores"][bench]
     t0 = time.perf_counter()
-    out = run_stage(cfg, args.domain, args.model_dir, run)
+    run_stage(cfg, args.domain, args.model_dir, run.path)
+    out = run.path / "model"
     train_s = time.perf_counter() - t0
     after = evaluate(cfg, str(out), run.path / "eval_after", benchmarks=[bench])["scores"][bench]
     print("RESULT", args.tag, args.domain, "train_s", round(train_s), bench, "before", before, "after", after,

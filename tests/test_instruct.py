@@ -13,24 +13,26 @@ from hypothesis import strategies as st
 
 from acl_lib.config import WorldsConfig
 from acl_lib.envs.base import Task
-from acl_lib.envs.instruct import (
-    GENERATED_IFEVAL_IDS,
+from acl_lib.envs.ifeval_checks import (
     IFEVAL_IDS,
     OOD_IDS,
-    TOPICS,
     VERIFIERS,
-    InstructEnv,
     check_instruction,
     check_instruction_loose,
-    compatible,
     count_bullets,
     count_sentences,
     count_words,
     ifeval_scores,
-    load_ifeval_jsonl,
-    scripted_expert,
     split_sentences,
     validate_instruction,
+)
+from acl_lib.envs.instruct import (
+    GENERATED_IFEVAL_IDS,
+    TOPICS,
+    InstructEnv,
+    compatible,
+    load_ifeval_jsonl,
+    scripted_expert,
 )
 
 DATA = Path(__file__).parent / "data"

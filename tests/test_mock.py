@@ -10,19 +10,24 @@ from hypothesis import strategies as st
 
 from acl_lib.chat import format_tool_call
 from acl_lib.envs.base import Task, ToolError
+from acl_lib.envs.desk import (
+    DeskEpisode,
+    compact_schemas,
+    db_diff,
+    db_equal,
+    info_said,
+    replay_actions,
+)
 from acl_lib.envs.mock import (
     MOCK_KINDS,
     MOCK_TOOLS,
     MockEnv,
     MockTools,
-    compact_schemas,
-    db_diff,
-    db_equal,
-    info_said,
     load_tau2_mock,
-    replay_actions,
     scripted_expert,
 )
+from acl_lib.envs.retail import RetailEnv
+from acl_lib.envs.telecom import TelecomEnv
 from acl_lib.envs.usersim import STOP
 
 FIXTURES = Path(__file__).parent / "data" / "tau2"
@@ -89,6 +94,13 @@ def test_replay_and_db_diff():
                                                                                    "status": "done"}}])
     assert info_said("$1,234.50", ["You paid $1234.50 today."])
     assert not info_said("noon", ["tomorrow"])
+
+
+def test_mock_telecom_and_retail_play_the_one_desk_episode():
+    """The three tool desks share desk.DeskEpisode itself (no subclass, no second loop)."""
+    for env in (MockEnv(), TelecomEnv(), RetailEnv()):
+        ep = env.start(env.tasks("test", 1)[0])
+        assert type(ep) is DeskEpisode and DeskEpisode.__module__ == "acl_lib.envs.desk", env.name
 
 
 # --- generated tasks ------------------------------------------------------------------------------

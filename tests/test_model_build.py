@@ -124,7 +124,7 @@ def test_build_base_smoke_writes_a_complete_run_once(tmp_path):
     stamp = (run_dir / "model" / "model.safetensors").stat().st_mtime_ns
     build_base(cfg)  # complete with the same config: skipped
     assert (run_dir / "model" / "model.safetensors").stat().st_mtime_ns == stamp
-    assert BASE_SECTIONS == ("model", "pretrain", "worlds", "eval")
+    assert BASE_SECTIONS == ("model", "pretrain", "worlds")
 
 
 def test_build_base_paper_records_the_hub_id_and_trains_nothing(tmp_path):

@@ -7,8 +7,8 @@ from acl_lib.config import load_config
 
 
 def _write(seed_dir, run, scores):
-    (seed_dir / run).mkdir(parents=True, exist_ok=True)
-    (seed_dir / run / "metrics.json").write_text(json.dumps({"scores": scores}))
+    (seed_dir / run / "eval").mkdir(parents=True, exist_ok=True)
+    (seed_dir / run / "eval" / "metrics.json").write_text(json.dumps({"scores": scores}))
 
 
 def test_matrix_trajectories_and_forgetting(tmp_path):
@@ -77,18 +77,80 @@ def _complete(run, files: dict[str, str]) -> None:
             (run.path / rel).write_text(text)
 
 
-def test_the_first_stages_oracle_is_copied_not_retrained(tmp_path):
+def test_the_first_stages_oracle_is_copied_not_retrained(tmp_path, monkeypatch):
+    from acl_lib.eval import harness
+
+    monkeypatch.setattr(harness, "evaluate", _fake_evaluate([]))
     cfg = load_config("smoke", [f"output_dir={tmp_path}"])
     assert pipeline.oracle_twin(cfg, "math") is None  # seq_math not complete: the oracle would train
     _complete(pipeline.base_run(cfg), {})
-    _complete(pipeline.sequential_run(cfg, 1), {"metrics.json": json.dumps({"scores": {"aime26": 0.5}})})
+    _complete(pipeline.sequential_run(cfg, 1), {"stage.json": json.dumps({"domain": "math"})})
     assert pipeline.oracle_twin(cfg, "math").name == "seq_math"
     assert pipeline.oracle_twin(cfg, "search") is None  # only the curriculum's first domain has a twin
+    # same recipe, same input: the very same training hash
+    assert pipeline.oracle_run(cfg, "math").config_hash == pipeline.sequential_run(cfg, 1).config_hash
     run = pipeline.run_oracle(cfg, "math")
-    assert run.is_complete()
-    assert json.loads((run.path / "metrics.json").read_text())["scores"] == {"aime26": 0.5}
+    assert run.is_complete() and pipeline.eval_run(cfg, run).is_complete()
+    assert json.loads((run.path / "stage.json").read_text()) == {"domain": "math"}
     assert (run.path / "model" / "weights.txt").read_text() == "w"
     assert json.loads((run.path / "same_as.json").read_text())["run"] == "seq_math"
     # another curriculum: math is no longer first, so its oracle has no twin
     other = load_config("smoke", [f"output_dir={tmp_path}", "pipeline.curriculum=[if,math,search,ecom]"])
     assert pipeline.oracle_twin(other, "math") is None
+
+
+# --- what re-runs when a setting changes -------------------------------------------------------------------
+
+
+def _fake_evaluate(calls):
+    def evaluate(cfg, model, out_dir, suites=None, **kw):
+        from pathlib import Path
+
+        calls.append(Path(out_dir).parent.name)
+        (Path(out_dir) / "metrics.json").write_text(json.dumps({"scores": {"aime26": float(cfg.eval.k)}}))
+        return {}
+
+    return evaluate
+
+
+def _pipeline(tmp_path, monkeypatch, *overrides):
+    """Base + the four sequential stages with fake training and evaluation that record what ran."""
+    from acl_lib.eval import harness
+    from acl_lib.train import stage
+
+    trained, evaluated = [], []
+
+    def run_stage(cfg, domain, init_model_dir, out_dir):
+        trained.append(domain)
+        (out_dir / "model").mkdir()
+        return {"domain": domain}
+
+    monkeypatch.setattr(stage, "run_stage", run_stage)
+    monkeypatch.setattr(harness, "evaluate", _fake_evaluate(evaluated))
+    cfg = load_config("smoke", [f"output_dir={tmp_path}", *overrides])
+    base = pipeline.base_run(cfg)
+    if not base.is_complete():
+        _complete(base, {})
+    for i in range(1, 5):
+        pipeline.run_sequential_stage(cfg, i)
+    return trained, evaluated
+
+
+def test_changing_an_eval_key_reruns_evaluations_only(tmp_path, monkeypatch):
+    trained, evaluated = _pipeline(tmp_path, monkeypatch)
+    assert trained == ["math", "search", "ecom", "if"] and len(evaluated) == 4
+    trained, evaluated = _pipeline(tmp_path, monkeypatch)
+    assert trained == [] and evaluated == []  # nothing changed: everything skipped
+    trained, evaluated = _pipeline(tmp_path, monkeypatch, "eval.k=2", "eval.temperature=0.7")
+    assert trained == [] and evaluated == ["seq_math", "seq_search", "seq_ecom", "seq_if"]
+    assert report.load_scores(tmp_path / "smoke" / "seed0", ["seq_if"])["seq_if"]["aime26"] == 2.0
+
+
+def test_changing_one_stages_overrides_reruns_it_and_what_follows(tmp_path, monkeypatch):
+    _pipeline(tmp_path, monkeypatch)
+    trained, evaluated = _pipeline(tmp_path, monkeypatch, 'pipeline.stage_overrides={ecom: ["grpo.max_steps=3"]}')
+    assert trained == ["ecom", "if"] and evaluated == ["seq_ecom", "seq_if"]
+    # a stage's own key (not through the overrides) reaches every stage that uses it
+    trained, _ = _pipeline(tmp_path, monkeypatch, 'pipeline.stage_overrides={ecom: ["grpo.max_steps=3"]}',
+                           "pipeline.cold_start={math: true, search: true, ecom: true, if: false}")
+    assert trained == ["math", "search", "ecom", "if"]

@@ -17,9 +17,8 @@ from hypothesis import strategies as st
 from acl_lib.chat import format_tool_call
 from acl_lib.config import WorldsConfig, load_config
 from acl_lib.envs.base import Task, ToolError
+from acl_lib.envs.retrievers import BM25Retriever, HTTPRetriever
 from acl_lib.envs.search import (
-    BM25Retriever,
-    HTTPRetriever,
     SearchEnv,
     build_world,
     document_texts,

@@ -56,7 +56,7 @@ def test_single_turn_grpo_moves_the_policy_and_logs(base_dir, tmp_path):
                                 "grpo.max_completion_length": 12, "grpo.learning_rate": 1e-3})
     run = Run(cfg, "grpo_short")
     env = ShortEnv()
-    run_once(run, lambda r: grpo.train_grpo(cfg, base_dir, "short", r, env=env, tasks=env.tasks("train", 4)))
+    run_once(run, lambda r: grpo.train_grpo(cfg, base_dir, "short", r.path, env=env, tasks=env.tasks("train", 4)))
     log = [json.loads(line) for line in (run.path / "train_log.jsonl").read_text().splitlines()]
     steps = [r for r in log if "reward" in r]
     assert len(steps) == 2
@@ -78,7 +78,7 @@ def test_multi_turn_grpo_runs_episodes_in_the_trainer(base_dir, tmp_path):
                                 "grpo.max_completion_length": 48})
     run = Run(cfg, "grpo_desk")
     env = DeskEnv()
-    run_once(run, lambda r: grpo.train_grpo(cfg, base_dir, "desk", r, env=env, tasks=env.tasks("train", 2)))
+    run_once(run, lambda r: grpo.train_grpo(cfg, base_dir, "desk", r.path, env=env, tasks=env.tasks("train", 2)))
     log = [json.loads(line) for line in (run.path / "train_log.jsonl").read_text().splitlines()]
     step = next(r for r in log if "reward" in r)
     # The environment's own reward source (get_reward) is what TRL logged.

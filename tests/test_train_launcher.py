@@ -63,8 +63,8 @@ def test_multi_node_scripts_for_the_paper_profile(tmp_path):
     cfg = load_config("paper", overrides={"output_dir": str(tmp_path / "outputs"), "launcher.hostfile": "",
                                           "launcher.slurm_partition": "gpu"})
     run = Run(cfg, "seq_math")
-    job = launcher.write_job(cfg, "grpo", run, {"model_dir": "Qwen/Qwen3-8B-Base", "domain": "math"})
-    scripts = launcher.multi_node_scripts(cfg, job, run)
+    job = launcher.write_job(cfg, "grpo", run.path, {"model_dir": "Qwen/Qwen3-8B-Base", "domain": "math"})
+    scripts = launcher.multi_node_scripts(cfg, job, run.path)
     ds = scripts["deepspeed"].read_text()
     assert "--hostfile" in ds and "--num_nodes 2 --num_gpus 8" in ds and "zero3_bf16.json" in ds
     sb = scripts["slurm"].read_text()
@@ -76,11 +76,11 @@ def test_multi_node_scripts_for_the_paper_profile(tmp_path):
         subprocess.run(["bash", "-n", str(s)], check=True)  # syntax
     spec = json.loads(job.read_text())
     assert spec["job"] == "grpo" and spec["config"]["launcher"]["zero_stage"] == 3
-    assert spec["config_hash"] == run.config_hash
+    assert spec["out_dir"] == str(run.path.resolve())
     # No hostfile and no Slurm here: launch says what to run instead of pretending.
     if not any(os.access(os.path.join(p, "sbatch"), os.X_OK) for p in os.environ["PATH"].split(os.pathsep)):
         with pytest.raises(RuntimeError, match="slurm.sbatch"):
-            launcher.launch(cfg, "grpo", run, model_dir="Qwen/Qwen3-8B-Base", domain="math")
+            launcher.launch(cfg, "grpo", run.path, model_dir="Qwen/Qwen3-8B-Base", domain="math")
 
 
 @pytest.mark.slow
@@ -97,14 +97,21 @@ def test_two_process_zero2_sft_job(base_dir, tmp_path):
     rows, _ = sft.collect_demos(env, desk_expert, env.tasks("train", 8), max_turns=6)
     data = sft.write_rows(rows, tmp_path / "demos.jsonl")
     run = Run(cfg, "sft_2proc")
-    run_once(run, lambda r: launcher.launch(cfg, "sft", r, model_dir=str(base_dir), dataset=str(data)))
+    returned = {}
+
+    def job(r):
+        r.checkpoint_dir()  # the run store marks checkpoints/ with its hash, as the pipeline does
+        returned.update(launcher.launch(cfg, "sft", r.path, model_dir=str(base_dir), dataset=str(data)))
+
+    run_once(run, job)
     summary = json.loads((run.path / "train_summary.json").read_text())
+    assert returned == summary  # launch returns the job's summary, read back from the workers' file
     assert summary["world_size"] == 2 and summary["deepspeed_zero_stage"] == 2, summary
     losses = [r["loss"] for r in read_log(run.path / "train_log.jsonl") if "loss" in r]
     assert len(losses) == 4 and losses[-1] < losses[0]
     assert (run.path / "checkpoints" / "checkpoint-4").is_dir()
     assert (run.path / "model" / "model.safetensors").exists() and run.is_complete()
-    # The workers wrote their checkpoints under the launching run's config hash (the run store keeps them).
+    # The workers' checkpoints sit under the launching run's config hash (the run store keeps them).
     assert (run.path / "checkpoints" / ".config_hash").read_text() == run.config_hash
 
 
@@ -118,7 +125,7 @@ def test_entry_point_runs_a_job_from_a_config_file(base_dir, tmp_path):
     (tmp_path / "run_config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
     run_dir = tmp_path / "base_pretrain"
     docs = [f"{a}+{b}={a + b}" for a in range(10) for b in range(10)]
-    entry.main(["--config", str(tmp_path / "run_config.yaml"), "--job", "pretrain", "--run-dir", str(run_dir),
+    entry.main(["--config", str(tmp_path / "run_config.yaml"), "--job", "pretrain", "--out-dir", str(run_dir),
                 "--args", json.dumps({"model_dir": str(base_dir), "corpus": docs})])
     summary = json.loads((run_dir / "train_summary.json").read_text())
     assert summary["job"] == "pretrain" and summary["steps"] == 2

@@ -36,7 +36,7 @@ def test_pretrain_loss_falls_and_outputs_are_written(base_dir, tmp_path):
     corpus_file = tmp_path / "corpus.jsonl"
     corpus_file.write_text("".join(json.dumps({"text": d}) + "\n" for d in _corpus()))
     run = Run(cfg, "base_pretrain")
-    run_once(run, lambda r: pretrain.train_pretrain(cfg, base_dir, corpus_file, r))
+    run_once(run, lambda r: pretrain.train_pretrain(cfg, base_dir, corpus_file, r.path))
     log = read_log(run.path / "train_log.jsonl")
     losses = [r["loss"] for r in log if "loss" in r]
     assert len(losses) == 8 and losses[-1] < losses[0] - 0.3

@@ -157,7 +157,7 @@ def test_grpo_trainer_loss_mask_on_expert_rollouts(base_dir, tmp_path):
     _, tok = load_model_and_tokenizer(base_dir)
     env = DeskEnv()
     tasks = env.tasks("train", 2)
-    trainer = grpo.build_trainer(cfg, base_dir, env, tasks, run, policy=expert_policy(tok))
+    trainer = grpo.build_trainer(cfg, base_dir, env, tasks, run.path, policy=expert_policy(tok))
     batch = [trainer.train_dataset[i] for i in (0, 0, 1, 1)]  # num_generations=2: each prompt twice
     trainer.model.train()
     out = trainer._generate_and_score_completions(batch)

@@ -75,7 +75,7 @@ def test_sft_trains_on_assistant_tokens_only_and_resumes(base_dir, tmp_path):
     # The labels SFTTrainer builds: loss exactly on the assistant turns.
     model, tok = load_model_and_tokenizer(base_dir)
     run = Run(cfg, "sft_probe")
-    trainer = SFTTrainer(model=model, args=sft.sft_args(cfg, run), train_dataset=Dataset.from_list(rows),
+    trainer = SFTTrainer(model=model, args=sft.sft_args(cfg, run.path), train_dataset=Dataset.from_list(rows),
                          processing_class=tok)
     ex = trainer.train_dataset[0]
     labels = ex.get("labels") or [t if m else -100 for t, m in zip(ex["input_ids"], ex["assistant_masks"])]
@@ -88,7 +88,7 @@ def test_sft_trains_on_assistant_tokens_only_and_resumes(base_dir, tmp_path):
 
     # A real short run: loss goes down, model + log + summary written, checkpoint kept.
     run = Run(cfg, "sft_desk")
-    run_once(run, lambda r: sft.train_sft(cfg, base_dir, rows, r))
+    run_once(run, lambda r: sft.train_sft(cfg, base_dir, rows, r.path))
     log = read_log(run.path / "train_log.jsonl")
     losses = [r["loss"] for r in log if "loss" in r]
     assert len(losses) == 6 and losses[-1] < losses[0]
@@ -99,8 +99,6 @@ def test_sft_trains_on_assistant_tokens_only_and_resumes(base_dir, tmp_path):
 
     # Resume: a longer run under the same directory continues from checkpoint-6 instead of restarting.
     cfg2 = tiny_cfg(tmp_path, **{"sft.max_steps": 8, "sft.batch_size": 4, "sft.learning_rate": 3e-3})
-    run2 = Run(cfg2, "sft_desk")
-    run2.path = run.path
-    sft.train_sft(cfg2, base_dir, rows, run2)
+    sft.train_sft(cfg2, base_dir, rows, run.path)
     steps = [r["step"] for r in read_log(run.path / "train_log.jsonl") if "loss" in r]
     assert steps == [1, 2, 3, 4, 5, 6, 7, 8]

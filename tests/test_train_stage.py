@@ -15,15 +15,15 @@ torch.set_num_threads(1)
 def _run(cfg, name):
     from acl_lib.runs import Run
 
-    return Run(cfg, name, sections=("model", "sft", "grpo", "pipeline", "eval", "worlds"))
+    return Run(cfg, name, sections=("model", "sft", "grpo", "pipeline", "worlds"))
 
 
 def test_search_stage_cold_start_then_grpo(base_dir, tmp_path):
     from acl_lib.runs import run_once
 
-    cfg = tiny_cfg(tmp_path, **{"eval.max_turns": 4, "sft.max_length": 4096, "model.max_position_embeddings": 4096,
+    cfg = tiny_cfg(tmp_path, **{"grpo.max_turns": 4, "sft.max_length": 4096, "model.max_position_embeddings": 4096,
                                 "grpo.max_completion_length": 48})
-    run = run_once(_run(cfg, "seq_search"), lambda r: run_stage(cfg, "search", base_dir, r))
+    run = run_once(_run(cfg, "seq_search"), lambda r: run_stage(cfg, "search", base_dir, r.path))
     info = json.loads((run.path / "stage.json").read_text())
     assert info["cold_start"] is True and info["demos"]["kept"] == cfg.sft.num_demos
     assert info["sft"]["steps"] == cfg.sft.max_steps and info["sft"]["truncated_rows"] == 0
@@ -41,7 +41,7 @@ def test_math_stage_is_grpo_only(base_dir, tmp_path):
     from acl_lib.runs import run_once
 
     cfg = tiny_cfg(tmp_path)
-    run = run_once(_run(cfg, "seq_math"), lambda r: run_stage(cfg, "math", base_dir, r))
+    run = run_once(_run(cfg, "seq_math"), lambda r: run_stage(cfg, "math", base_dir, r.path))
     info = json.loads((run.path / "stage.json").read_text())
     assert info["cold_start"] is False and "sft" not in info
     assert info["grpo"]["multi_turn"] is False and info["grpo"]["domain"] == "math"

@@ -3,6 +3,11 @@
 Every benchmark key of ``paper_results.yaml`` maps to one environment and one of its splits; the mini
 counterparts use the same keys, so every table lines up. Environment modules are imported lazily (some
 build corpora or indexes on construction).
+
+Modules: ``base`` (Task, Episode, Environment, tool-call plumbing); one environment per domain:
+``math`` (+ ``mcq``), ``search`` (+ ``retrievers``), ``instruct`` (+ ``ifeval_checks``, ``instruct_ood``),
+``retail`` (+ ``retail_db``), ``telecom``, ``mock``; the three tool desks share ``desk`` (episode loop,
+toolkit, gold replay) and ``usersim`` (the rule-based simulated user).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@
 
 Single-turn domains (math, IF) end after the first assistant turn. Tool domains subclass
 ``ToolEpisode``: a turn with tool calls runs them and returns ``tool`` messages; a turn without tool
-calls is handed to ``on_text`` (the final answer for search, a message to the simulated user for retail).
+calls is handed to ``on_text`` (the final answer for search, a message to the simulated user in the
+desks of ``desk.py``: retail, telecom, mock).
 
 Nothing here raises on model output: malformed calls, unknown tools, bad arguments become
 ``Error: ...`` observations, and limits end the episode with a recorded reason.

@@ -19,7 +19,8 @@ deliberate differences (all offline, no nltk / emoji packages):
   the next sentence).
 
 Every check takes ``(response, kwargs)`` with ``None`` kwargs already dropped and returns a bool; the
-caller (``instruct.check_instruction``) guarantees it never raises on model text.
+registry of :mod:`acl_lib.envs.ifeval_checks` lists them next to the IFEval ones, and its
+``check_instruction`` guarantees that a check never raises on model text.
 """
 
 from __future__ import annotations

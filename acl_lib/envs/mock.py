@@ -31,8 +31,8 @@ equals the one produced by replaying the gold actions on a fresh copy (``DB``), 
 called with its compared arguments (``ACTION``), the env assertions hold (``ENV_ASSERTION``), every
 ``communicate_info`` string appears in an assistant message (``COMMUNICATE``). 1.0 or 0.0.
 
-The first half of this module is the generic "desk" machinery (``Toolkit``, ``compact_schemas``,
-``replay_actions``, ``db_diff``, ``DeskEpisode``, ``planned_turn``) that ``telecom.py`` reuses.
+Episodes, gold replay and scoring are the generic desk of ``desk.py`` (``DeskEpisode`` with
+``ReplayDesk(MockTools)``); this module holds the mock database, tools, tasks, policy and expert.
 """
 
 from __future__ import annotations
@@ -43,242 +43,23 @@ import logging
 import random
 import re
 from pathlib import Path
-from typing import Any, Callable
 
 from acl_lib.chat import format_tool_call
-from acl_lib.envs.base import Environment, Task, ToolEpisode, ToolError, function_schema, validate_arguments
-from acl_lib.envs.usersim import STOP, RuleUser
+from acl_lib.envs.base import Environment, Task, ToolError, function_schema
+from acl_lib.envs.desk import (
+    CLOSING,
+    TRANSFER_SCHEMA,
+    DeskEpisode,
+    ReplayDesk,
+    Toolkit,
+    planned_turn,
+    questions_for,
+    replay_actions,
+)
 
 log = logging.getLogger(__name__)
 
-# ==================================================================================================
-# Generic desk machinery: a toolkit over a JSON database, gold-action replay, db comparison, episode.
-# ==================================================================================================
-
-
-class Toolkit:
-    """Tools over one JSON database (a dict mutated in place).
-
-    Subclasses list their OpenAI schemas in ``TOOLS`` and define one method per schema (same name,
-    keyword arguments as in the schema); a failed precondition raises ``ToolError``. Methods named
-    ``assert_*`` are env assertions (never exposed to the agent).
-    """
-
-    TOOLS: list[dict] = []
-
-    def __init__(self, db: dict):
-        self.db = db
-        self.transferred = False  # set by transfer_to_human_agents: the conversation ends
-
-    def functions(self) -> dict[str, Callable[..., Any]]:
-        return {s["function"]["name"]: getattr(self, s["function"]["name"]) for s in self.TOOLS}
-
-    def transfer_to_human_agents(self, summary: str) -> str:
-        self.transferred = True
-        return "Transfer successful"
-
-
-TRANSFER_SCHEMA = function_schema(
-    "transfer_to_human_agents",
-    "Transfer the user to a human agent with a summary of the issue. Only when the user asks for a human "
-    "or the request cannot be handled with the policy and tools.",
-    {"summary": {"type": "string", "description": "A summary of the user's issue."}},
-)
-
-
-def compact_schemas(schemas: list[dict], descriptions: dict[str, str]) -> list[dict]:
-    """Copies of ``schemas`` with the same signatures (names, parameter names, types, enums, required
-    lists) but ``descriptions[name]`` as each function's description and no parameter descriptions.
-
-    For the mini worlds: their small models see every schema in every prompt, so prose is kept short.
-    """
-    out = copy.deepcopy(schemas)
-    for schema in out:
-        fn = schema["function"]
-        fn["description"] = descriptions[fn["name"]]
-        for prop in fn["parameters"]["properties"].values():
-            prop.pop("description", None)
-    return out
-
-
-def replay_actions(toolkit_cls: type[Toolkit], db: dict, actions: list[dict]) -> dict:
-    """Run ``actions`` (``{"name", "arguments"}``) on a deep copy of ``db``; return the final database.
-
-    A gold action that fails (bad arguments, broken precondition) raises ``ValueError``: the task is broken.
-    """
-    tk = toolkit_cls(copy.deepcopy(db))
-    fns = tk.functions()
-    schemas = {s["function"]["name"]: s for s in toolkit_cls.TOOLS}
-    for a in actions:
-        name, args = a["name"], a.get("arguments", {})
-        if name not in fns:
-            raise ValueError(f"gold action uses unknown tool '{name}'")
-        bad = validate_arguments(schemas[name], args)
-        if bad:
-            raise ValueError(f"gold action {name}: {bad}")
-        try:
-            fns[name](**args)
-        except ToolError as exc:
-            raise ValueError(f"gold action {name}({args}) fails: {exc}") from exc
-    return tk.db
-
-
-def db_diff(expected: Any, actual: Any, path: str = "db") -> str | None:
-    """The first path where two JSON values differ (``"db.tasks.task_2.status"``), or None if equal."""
-    if isinstance(expected, dict) and isinstance(actual, dict):
-        for k in sorted(set(expected) | set(actual), key=str):
-            if k not in expected or k not in actual:
-                return f"{path}.{k} ({'missing' if k not in actual else 'unexpected'})"
-            d = db_diff(expected[k], actual[k], f"{path}.{k}")
-            if d:
-                return d
-        return None
-    if isinstance(expected, list) and isinstance(actual, list):
-        if len(expected) != len(actual):
-            return f"{path} (length {len(actual)}, expected {len(expected)})"
-        for i, (e, a) in enumerate(zip(expected, actual)):
-            d = db_diff(e, a, f"{path}[{i}]")
-            if d:
-                return d
-        return None
-    if type(expected) is not type(actual) and not (
-        isinstance(expected, (int, float)) and isinstance(actual, (int, float))
-        and not isinstance(expected, bool) and not isinstance(actual, bool)
-    ):
-        return f"{path} ({actual!r}, expected {expected!r})"
-    return None if expected == actual else f"{path} ({actual!r}, expected {expected!r})"
-
-
-def db_equal(a: Any, b: Any) -> bool:
-    return db_diff(a, b) is None
-
-
-def _norm_info(s: str) -> str:
-    return str(s).lower().replace(",", "")
-
-
-def info_said(info: str, texts: list[str]) -> bool:
-    """tau2's communicate check: ``info`` (lower-cased, commas dropped) is a substring of some message."""
-    want = _norm_info(info)
-    return any(want in _norm_info(t) for t in texts)
-
-
-def _args_match(gold: dict, call_args: dict, compare: list[str] | None) -> bool:
-    keys = list(gold) if compare is None else compare
-    return all(k in call_args and call_args[k] == gold.get(k) for k in keys)
-
-
-class DeskEpisode(ToolEpisode):
-    """A customer-desk episode: tools over ``task.answer["db"]`` and a ``RuleUser`` playing the scenario.
-
-    ``task.answer`` holds ``db`` (initial database), ``actions`` (gold ``{"name", "arguments",
-    "compare_args"?}``), ``scenario`` (for ``RuleUser``), optional ``communicate_info``,
-    ``env_assertions`` (``{"func_name", "arguments", "assert_value"?}``) and ``reward_basis``.
-    A text turn goes to the user; the episode ends when the user says ``###STOP###``, after a
-    successful transfer to a human, or at the turn limit.
-    """
-
-    toolkit_cls: type[Toolkit] = Toolkit
-
-    def __init__(self, task: Task, max_turns: int = 16):
-        super().__init__(task, max_turns=max_turns)
-        ans = task.answer if isinstance(task.answer, dict) else {}
-        self.answer = ans
-        self.toolkit = self.toolkit_cls(copy.deepcopy(ans.get("db") or {}))
-        self.user = RuleUser(ans.get("scenario") or {"request": task.user_prompt})
-        self.user.first_message()  # the task's user_prompt is this message
-
-    def tool_functions(self):
-        return self.toolkit.functions()
-
-    def _step(self, text: str) -> list[dict]:
-        obs = super()._step(text)
-        if self.toolkit.transferred:
-            self.done = True  # tau2: a transfer hands the conversation over
-        return obs
-
-    def on_text(self, content: str) -> list[dict]:
-        reply = self.user.reply(content)
-        if STOP in reply:
-            self.done = True
-        return [{"role": "user", "content": reply}]
-
-    def _score(self) -> float:
-        ans = self.answer
-        basis = ans.get("reward_basis") or ["DB", "COMMUNICATE"]
-        actions = ans.get("actions") or []
-        if "DB" in basis:
-            try:
-                expected = replay_actions(self.toolkit_cls, ans.get("db") or {}, actions)
-            except (ValueError, TypeError, KeyError) as exc:
-                self.failure = f"task error: {exc}"
-                return 0.0
-            diff = db_diff(expected, self.toolkit.db)
-            if diff:
-                self.failure = f"database differs from the gold outcome at {diff}"
-                return 0.0
-        if "ACTION" in basis:
-            made = [c for c in self.tool_log if c["ok"]]
-            for a in actions:
-                if not any(c["name"] == a["name"] and _args_match(a.get("arguments", {}), c["arguments"],
-                                                                  a.get("compare_args")) for c in made):
-                    self.failure = f"expected action {a['name']} was not taken"
-                    return 0.0
-        if "ENV_ASSERTION" in basis:
-            for ea in ans.get("env_assertions") or []:
-                fn = getattr(self.toolkit, ea["func_name"], None)
-                if not ea["func_name"].startswith("assert_") or fn is None:
-                    self.failure = f"task error: unknown assertion {ea['func_name']}"
-                    return 0.0
-                try:
-                    ok = fn(**ea.get("arguments", {}))
-                except ToolError:
-                    ok = False
-                if ok != ea.get("assert_value", True):
-                    self.failure = f"env assertion {ea['func_name']}({ea.get('arguments')}) does not hold"
-                    return 0.0
-        if "COMMUNICATE" in basis:
-            said = [m.get("content") or "" for m in self.messages if m["role"] == "assistant"]
-            for info in ans.get("communicate_info") or []:
-                if not info_said(info, said):
-                    self.failure = f"did not tell the user: {info}"
-                    return 0.0
-        return 1.0
-
-
-CLOSING = "Is there anything else I can help you with?"
-
-
-def planned_turn(plan: list[str], messages: list[dict]) -> str:
-    """The expert's next turn: ``plan[k]`` where ``k`` = assistant turns already taken."""
-    k = sum(1 for m in messages if m.get("role") == "assistant")
-    return plan[k] if k < len(plan) else CLOSING
-
-
-def ask_auth(auth: dict) -> str:
-    """An identification question the rule-based user answers with its auth sentence."""
-    what = " and ".join(k.replace("_", " ") for k in auth)
-    return f"Could you please tell me your {what} so I can identify you?"
-
-
-def ask_detail(key: str) -> str:
-    return f"Could you tell me the {key.replace('_', ' ')}?"
-
-
-def questions_for(scenario: dict) -> list[str]:
-    """Questions an agent must ask: auth and details the opening request does not already contain."""
-    req = scenario.get("request", "")
-    qs = []
-    auth = scenario.get("auth") or {}
-    if auth and not all(str(v) in req for v in auth.values()):
-        qs.append(ask_auth(auth))
-    qs += [ask_detail(k) for k, v in (scenario.get("details") or {}).items() if str(v) not in req]
-    return qs
-
-
-# ==================================================================================================
-# The mock domain
-# ==================================================================================================
+# --- database and tools ---------------------------------------------------------------------------
 
 STATUSES = ["pending", "completed"]
 
@@ -343,8 +124,7 @@ class MockTools(Toolkit):
         return len(self.db["users"][user_id]["tasks"]) == expected_number
 
 
-class MockEpisode(DeskEpisode):
-    toolkit_cls = MockTools
+MOCK_DESK = ReplayDesk(MockTools)
 
 
 MINI_POLICY = """# Task desk policy
@@ -583,8 +363,8 @@ class MockEnv(Environment):
                                  scenario, {"source": "generated", "kind": kind}))
         return out
 
-    def start(self, task: Task, max_turns: int = 16) -> MockEpisode:
-        return MockEpisode(task, max_turns=max_turns)
+    def start(self, task: Task, max_turns: int = 16) -> DeskEpisode:
+        return DeskEpisode(task, MOCK_DESK, max_turns=max_turns)
 
 
 # --- scripted expert ------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""E-commerce: the tau2-bench retail desk (schema and tools in ``retail_db.py``).
+"""E-commerce: the tau2-bench retail desk's environment, task generators, scripted expert and replay CLI.
+Its database and tools are in ``retail_db.py``, the episode loop in ``desk.py``.
 
 Mini worlds (``worlds.data_dir`` empty): a generated store in the tau2 schema (8-15 products with
 variants, 40-80 users with payment methods, 1-3 orders each), deterministic from the world seed, and
@@ -24,7 +25,8 @@ nothing), and every ``communicate_info`` string must occur in some assistant mes
 commas removed from the message, as tau2's evaluator does). Any miss gives 0 with ``failure`` saying why.
 (tau2 itself checks ``communicate_info`` only when a task's ``reward_basis`` lists ``COMMUNICATE``, which
 none of the 114 real retail tasks does; here it is always checked where a task lists it. The mini tasks
-list ``["DB", "COMMUNICATE"]``.)
+list ``["DB", "COMMUNICATE"]``.) Episodes are ``desk.DeskEpisode`` s with a ``RetailDesk``, which
+compares only the records a write touched with the task's ``gold_state``.
 
 CLI: ``python -m acl_lib.envs.retail replay --db DB.json --tasks TASKS.json --out OUT.jsonl``.
 """
@@ -36,11 +38,12 @@ import json
 import random
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from acl_lib.chat import format_tool_call
 from acl_lib.config import ConfigError, WorldsConfig
-from acl_lib.envs.base import Environment, Task, ToolEpisode
+from acl_lib.envs.base import Environment, Task
+from acl_lib.envs.desk import CLOSING, Desk, DeskEpisode, ask_detail, planned_turn
 from acl_lib.envs.retail_db import (
     WRITE_TOOLS,
     RetailDB,
@@ -50,7 +53,7 @@ from acl_lib.envs.retail_db import (
     run_actions,
     tool_schemas,
 )
-from acl_lib.envs.usersim import STOP, RuleUser
+from acl_lib.envs.usersim import RuleUser
 
 # The mini worlds' policy: what the compact tool descriptions (retail_db.COMPACT_DESCRIPTIONS) do not say.
 MINI_POLICY = """# Retail agent policy
@@ -194,7 +197,6 @@ BASE_DIFFICULTY = {"order_status": 1, "order_total": 1, "cancel": 2, "modify_ord
                    "modify_user_address": 2, "modify_payment": 3, "return": 3, "modify_items": 4, "exchange": 4}
 REASON_PHRASES = {"no longer needed": "I no longer need it", "ordered by mistake": "I ordered it by mistake"}
 AUTH_QUESTION = "Could you please give me your email, or your name and zip code, to verify your identity?"
-CLOSING = "Is there anything else I can help you with?"
 
 
 def describe_payment(pm: dict) -> str:
@@ -453,7 +455,7 @@ class RetailEnv(Environment):
         raw = generate_tasks(self.world(), self.seed, split, n, seed)
         return [to_task(t, bench, self.policy, self.seed, "mini", self.tool_schemas) for t in raw]
 
-    def start(self, task: Task, max_turns: int = 16) -> "RetailEpisode":
+    def start(self, task: Task, max_turns: int = 16) -> DeskEpisode:
         scenario = (task.answer or {}).get("scenario")
         if not scenario:
             raise ConfigError(
@@ -465,7 +467,7 @@ class RetailEnv(Environment):
         key = json.dumps([(task.meta or {}).get("world_seed"), task.answer.get("actions")], sort_keys=True)
         if key not in self._gold:  # the gold end state of a task is computed once per environment
             self._gold[key] = gold_state(world, task.answer.get("actions") or [])
-        return RetailEpisode(task, world, self._gold[key], max_turns=max_turns)
+        return DeskEpisode(task, RetailDesk(world, self._gold[key]), max_turns=max_turns)
 
 
 def gold_state(world: dict, actions: list[dict]) -> dict:
@@ -476,53 +478,33 @@ def gold_state(world: dict, actions: list[dict]) -> dict:
             "users": {i: record(tools.db.users[i]) for i in sorted(tools.touched_users)}}
 
 
-class RetailEpisode(ToolEpisode):
-    """One conversation: the agent's tools act on the episode's own copy of the world database."""
+class RetailDesk(Desk):
+    """Retail's part of a desk episode (``desk.DeskEpisode``): the agent's tools act on the episode's own
+    copy of the world database; the score compares the records a write touched with ``gold``."""
 
-    def __init__(self, task: Task, world: dict, gold: dict | None = None, max_turns: int = 16):
-        super().__init__(task, max_turns=max_turns)
+    def __init__(self, world: dict, gold: dict):
         self.world = world  # shared, never mutated
-        self.gold = gold if gold is not None else gold_state(world, task.answer.get("actions") or [])
-        self.tools = RetailTools(RetailDB.load(world))
-        self.user = RuleUser(task.answer["scenario"])
-        self.user.first_message()  # == task.user_prompt, already in messages
-        self.transferred = False
+        self.gold = gold  # gold_state(world, the task's gold actions)
 
-    def tool_functions(self) -> dict[str, Callable[..., Any]]:
-        return self.tools.functions()
+    def new_toolkit(self, task: Task) -> RetailTools:
+        return RetailTools(RetailDB.load(self.world))
 
-    def _step(self, text: str) -> list[dict]:
-        n_calls = len(self.tool_log)
-        obs = super()._step(text)
-        if any(c["ok"] and c["name"] == "transfer_to_human_agents" for c in self.tool_log[n_calls:]):
-            self.transferred = True
-            self.done = True
-        return obs
-
-    def on_text(self, content: str) -> list[dict]:
-        reply = self.user.reply(content)
-        if STOP in reply:
-            self.done = True
-        return [{"role": "user", "content": reply}]
-
-    def _score(self) -> float:
+    def check(self, episode: DeskEpisode) -> str | None:
+        tools = episode.toolkit
         why = []
         for kind in ("orders", "users"):
             # only records a write touched can differ: compare those, gold-touched or agent-touched
-            gold, mine = self.gold[kind], getattr(self.tools.db, kind)
-            ids = sorted(set(gold) | getattr(self.tools, f"touched_{kind}"))
+            gold, mine = self.gold[kind], getattr(tools.db, kind)
+            ids = sorted(set(gold) | getattr(tools, f"touched_{kind}"))
             bad = [i for i in ids if record(mine[i]) != gold.get(i, self.world[kind][i])]
             if bad:
                 why.append(f"database differs from gold: {kind} {', '.join(bad)} differ")
-        said = [m["content"].lower().replace(",", "") for m in self.messages
+        said = [m["content"].lower().replace(",", "") for m in episode.messages
                 if m["role"] == "assistant" and isinstance(m.get("content"), str) and m["content"]]
-        for info in self.task.answer.get("communicate_info") or []:
+        for info in episode.task.answer.get("communicate_info") or []:
             if not any(str(info).lower() in s for s in said):
                 why.append(f"did not communicate {info!r}")
-        if why:
-            self.failure = "; ".join(why)
-            return 0.0
-        return 1.0
+        return "; ".join(why) or None
 
 
 # --- scripted expert ------------------------------------------------------------------------------
@@ -571,7 +553,7 @@ def expert_plan(task: Task) -> list[str]:
     turns = [AUTH_QUESTION]
     if actions:
         turns.append(format_tool_call(actions[0]["name"], actions[0]["arguments"]))
-    turns += [f"Could you tell me the {key}?" for key in details]
+    turns += [ask_detail(key) for key in details]
     rest = actions[1:]
     first_write = next((i for i, a in enumerate(rest) if a["name"] in WRITE_TOOLS), len(rest))
     turns += [format_tool_call(a["name"], a["arguments"]) for a in rest[:first_write]]
@@ -591,8 +573,7 @@ def scripted_expert(task: Task, messages: list[dict]) -> str:
     needed (the simulated user then ends the conversation).
     """
     plan = expert_plan(task)
-    k = sum(1 for m in messages if m.get("role") == "assistant")
-    return plan[min(k, len(plan) - 1)]
+    return planned_turn(plan, messages, after=plan[-1])
 
 
 # --- gold replay CLI ------------------------------------------------------------------------------

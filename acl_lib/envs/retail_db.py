@@ -5,7 +5,7 @@ orders with items, fulfillments and payment history). ``RetailDB.load(d).dump() 
 file: fields that tau2 leaves out until a tool sets them (``cancel_reason``, ``exchange_*``,
 ``return_*``) are ``None`` in memory and absent in the dump.
 
-``RetailTools`` implements the 15 tau2 tools plus tau3's ``get_item_details`` with the preconditions,
+``RetailTools`` (a ``desk.Toolkit``) implements the 15 tau2 tools plus tau3's ``get_item_details`` with the preconditions,
 effects and error messages of ``shared/fixtures/tau2/RETAIL_TOOLS.md``. A failed precondition raises
 ``ToolError`` (the agent sees ``Error: <message>``) and a failed call changes nothing: every check runs
 before the first write. Each tool also rejects argument values of the wrong type with a ``ToolError``,
@@ -30,6 +30,7 @@ from typing import Any, Callable, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from acl_lib.envs.base import ToolError, function_schema
+from acl_lib.envs.desk import Toolkit, compact_schemas
 
 # --- schema ---------------------------------------------------------------------------------------
 
@@ -332,14 +333,7 @@ COMPACT_DESCRIPTIONS: dict[str, str] = {
 def tool_schemas(compact: bool = False) -> list[dict]:
     """The 16 OpenAI function schemas (a fresh copy): the reference's wording, or with ``compact=True``
     the same signatures with ``COMPACT_DESCRIPTIONS`` and no parameter descriptions (mini worlds)."""
-    out = json.loads(json.dumps(TOOL_SCHEMAS))
-    if compact:
-        for schema in out:
-            fn = schema["function"]
-            fn["description"] = COMPACT_DESCRIPTIONS[fn["name"]]
-            for prop in fn["parameters"]["properties"].values():
-                prop.pop("description", None)
-    return out
+    return compact_schemas(TOOL_SCHEMAS, COMPACT_DESCRIPTIONS) if compact else json.loads(json.dumps(TOOL_SCHEMAS))
 
 
 TOOL_NAMES = [s["function"]["name"] for s in TOOL_SCHEMAS]
@@ -395,7 +389,7 @@ def _arith(node: ast.AST) -> int | float:
     raise ToolError("Invalid expression")
 
 
-class RetailTools:
+class RetailTools(Toolkit):
     """The retail desk's tools over one ``RetailDB`` (mutated in place by the write tools).
 
     Every public tool takes the schema's arguments as keyword arguments and returns a string (a JSON
@@ -403,14 +397,12 @@ class RetailTools:
     changed, so a scorer need compare only those records.
     """
 
+    TOOLS = TOOL_SCHEMAS
+
     def __init__(self, db: RetailDB):
-        self.db = db
+        super().__init__(db)
         self.touched_orders: set[str] = set()
         self.touched_users: set[str] = set()
-
-    def functions(self) -> dict[str, Callable[..., str]]:
-        """Tool name -> bound method, for ``ToolEpisode.tool_functions``."""
-        return {name: getattr(self, name) for name in TOOL_NAMES}
 
     def call(self, name: str, arguments: dict) -> str:
         """Run one tool by name (the replay's entry point). Raises ``ToolError`` on any failure."""
@@ -480,7 +472,7 @@ class RetailTools:
 
     def transfer_to_human_agents(self, summary: str) -> str:
         _need_str("summary", summary)
-        return "Transfer successful"
+        return super().transfer_to_human_agents(summary)
 
     def find_user_id_by_email(self, email: str) -> str:
         wanted = _fold(_need_str("email", email))

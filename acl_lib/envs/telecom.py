@@ -20,7 +20,8 @@ porting -> ``transfer_to_human_agents``.
 Reward (1.0 or 0.0): the final database equals the gold-action replay AND every ``communicate_info``
 string was said by the agent (AND, for the transfer task, the transfer was made). A do-nothing agent
 scores 0 on every kind: each task either changes the database or has information to communicate.
-Episode, replay and comparison are the generic desk machinery of ``mock.py``.
+Episodes, gold replay and scoring are the generic desk of ``desk.py`` (``DeskEpisode`` with
+``ReplayDesk(TelecomTools)``); this module holds the telecom database, tools, tasks, policy and expert.
 """
 
 from __future__ import annotations
@@ -30,14 +31,15 @@ import random
 
 from acl_lib.chat import format_tool_call
 from acl_lib.envs.base import Environment, Task, ToolError, function_schema
-from acl_lib.envs.mock import (
+from acl_lib.envs.desk import (
     CLOSING,
     TRANSFER_SCHEMA,
     DeskEpisode,
+    ReplayDesk,
     Toolkit,
     ask_auth,
-    compact_schemas,
     ask_detail,
+    compact_schemas,
     planned_turn,
     replay_actions,
 )
@@ -193,8 +195,7 @@ class TelecomTools(Toolkit):
         return f"Line {line_id} resumed"
 
 
-class TelecomEpisode(DeskEpisode):
-    toolkit_cls = TelecomTools
+TELECOM_DESK = ReplayDesk(TelecomTools)
 
 
 POLICY = f"""# Mobile support policy
@@ -367,8 +368,8 @@ class TelecomEnv(Environment):
                             tools=copy.deepcopy(self.tool_schemas), answer=answer, meta={**meta, "source": "generated"}))
         return out
 
-    def start(self, task: Task, max_turns: int = 16) -> TelecomEpisode:
-        return TelecomEpisode(task, max_turns=max_turns)
+    def start(self, task: Task, max_turns: int = 16) -> DeskEpisode:
+        return DeskEpisode(task, TELECOM_DESK, max_turns=max_turns)
 
 
 # --- scripted expert ------------------------------------------------------------------------------

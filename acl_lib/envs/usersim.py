@@ -1,4 +1,5 @@
-"""A deterministic, rule-based simulated customer for the tool-use desks (retail, mock, telecom).
+"""A deterministic, rule-based simulated customer for the tool-use desks (retail, mock, telecom),
+whose turns ``desk.DeskEpisode`` plays.
 
 The user is described by a *scenario* (JSON-serialisable, stored in ``Task.answer``/``Task.meta``)::
 

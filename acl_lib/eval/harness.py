@@ -26,7 +26,7 @@ from typing import Callable, Protocol, Sequence
 
 from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, make_env, scripted_expert
 from acl_lib.envs.base import Episode, Task
-from acl_lib.runs import atomic_write_text
+from acl_lib.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +202,12 @@ def _failure_key(reason: str | None) -> str:
     return (reason or "").split(":")[0].strip()[:80]
 
 
+def world(cfg, env_name: str):
+    """The environment a benchmark runs in: built from ``cfg.worlds`` with the world seed ``cfg.worlds.seed``,
+    the very world training builds (``acl_lib.train.trl_env.make_env``), whatever the training seed."""
+    return make_env(env_name, cfg.worlds, seed=cfg.worlds.seed)
+
+
 def evaluate_benchmark(policy: Policy, bench: Benchmark, env, n: int, k: int, max_turns: int,
                        task_seed: int = 0, batch_size: int = 64, progress=None) -> tuple[dict, list[dict]]:
     """Score one benchmark: ``n`` tasks x ``k`` samples. Returns (summary, per-episode records)."""
@@ -251,7 +257,7 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
         for b in benches:
             tb = time.perf_counter()
             if b.env not in envs:
-                envs[b.env] = make_env(b.env, cfg.worlds, seed=cfg.worlds.seed)
+                envs[b.env] = world(cfg, b.env)
             summary, records = evaluate_benchmark(
                 policy, b, envs[b.env], sizes[b.key], k, cfg.eval.max_turns, task_seed=cfg.worlds.seed,
                 batch_size=max(cfg.eval.batch_size, 1) * 4, progress=bar.update,
@@ -304,10 +310,13 @@ def format_scores(metrics: dict) -> str:
 
 
 def cli_main(args) -> int:
-    """``acl eval``: args has model, profile, suites, k, out, set (overrides), seed."""
-    from acl_lib.config import load_config
+    """``acl eval``: args has model, profile, suites, k, out, overrides (``--set``), seed."""
+    from acl_lib.cli import EXIT_USAGE, _err, _load
 
-    cfg = load_config(args.profile, getattr(args, "set", None) or [], seed=getattr(args, "seed", None))
+    if args.k is not None and args.k < 1:
+        _err(f"--k must be at least 1 (samples per task), got {args.k}")
+        raise SystemExit(EXIT_USAGE)
+    cfg = _load(args.profile, getattr(args, "overrides", None) or [], getattr(args, "seed", None))
     if args.model not in ("expert", "null") and not Path(args.model).exists() and "/" not in args.model:
         raise SystemExit(f"acl eval: no model directory {args.model!r} (or use 'expert' / 'null')")
     out = Path(args.out) if getattr(args, "out", None) else default_out_dir(args.model)

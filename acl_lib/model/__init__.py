@@ -9,8 +9,15 @@ Names are imported lazily so ``import acl_lib.model`` (e.g. for ``BASE_SECTIONS`
 
 from __future__ import annotations
 
-# The config sections the base run depends on (its run-store hash).
-BASE_SECTIONS = ("model", "pretrain", "worlds", "eval")  # eval: the base run also scores the base
+# The config sections the base run depends on (its run-store hash); its evaluation is a run of its own.
+BASE_SECTIONS = ("model", "pretrain", "worlds")
+
+
+def base_run(cfg):
+    """The run-store handle of the base checkpoint (``outputs/<profile>/seed<k>/base``)."""
+    from acl_lib.runs import Run
+
+    return Run(cfg, "base", sections=BASE_SECTIONS)
 
 _EXPORTS = {
     "train_tokenizer": "acl_lib.model.tokenizer",
@@ -29,7 +36,7 @@ _EXPORTS = {
     "build_base": "acl_lib.model.build",
 }
 
-__all__ = ["BASE_SECTIONS", *_EXPORTS]
+__all__ = ["BASE_SECTIONS", "base_run", *_EXPORTS]
 
 
 def __getattr__(name: str):

@@ -20,7 +20,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from acl_lib.config import Config, ModelConfig
-from acl_lib.model import BASE_SECTIONS
 from acl_lib.model.chat_template import IM_END, PAD_TOKEN, RESPONSE_TEMPLATE, render_chat
 from acl_lib.model.tokenizer import train_tokenizer
 
@@ -196,22 +195,20 @@ def build_base(cfg: Config, evaluate: bool = True) -> str:
       both to ``base/model/`` (written atomically, so it never looks complete half-written), and record
       timings, sizes and corpus stats in ``base/base.json``.
 
-    A complete run with the same ``model`` / ``pretrain`` / ``worlds`` config is skipped. The model is
-    saved as initialised: pretraining it on the corpus is a separate step still to be added here.
+    A complete run with the same ``model`` / ``pretrain`` / ``worlds`` config is skipped. With ``evaluate``
+    the base is then scored on the whole suite by its own run, ``base/eval`` (``metrics.json``).
     """
-    from acl_lib.runs import Run, run_once
+    from acl_lib.model import base_run
+    from acl_lib.runs import run_once
 
-    run = Run(cfg, "base", sections=BASE_SECTIONS)
+    run = base_run(cfg)
 
     def step(run) -> None:
         from acl_lib.corpus import base_corpus as corpus_with_counts
-        from acl_lib.eval.harness import evaluate as score
         from acl_lib.train.launcher import launch
 
         if cfg.model.base_model:
             run.write_json("base.json", {"base_model": cfg.model.base_model, "built_here": False})
-            if evaluate:
-                score(cfg, cfg.model.base_model, run.path, suites="all")
             return
         torch.manual_seed(cfg.seed)
         t0 = time.perf_counter()
@@ -229,7 +226,8 @@ def build_base(cfg: Config, evaluate: bool = True) -> str:
             with open(corpus_file, "w") as f:
                 for doc in corpus:
                     f.write(json.dumps({"text": doc}) + "\n")
-            launch(cfg, "pretrain", run, model_dir=str(run.path / "init"), corpus=str(corpus_file))
+            run.checkpoint_dir()  # marks checkpoints/ with this run's hash before the trainer writes there
+            launch(cfg, "pretrain", run.path, model_dir=str(run.path / "init"), corpus=str(corpus_file))
         else:
             with run.atomic_dir("model") as tmp:
                 save(model, tokenizer, tmp)
@@ -250,8 +248,11 @@ def build_base(cfg: Config, evaluate: bool = True) -> str:
         }
         run.write_json("base.json", info)
         run.logger.info("base model: %s", info)
-        if evaluate:
-            score(cfg, str(run.path / "model"), run.path, suites="all")
 
     run_once(run, step)
+    if evaluate:
+        from acl_lib.eval.harness import evaluate as score
+        from acl_lib.pipeline import eval_run
+
+        run_once(eval_run(cfg, run), lambda r: score(cfg, base_checkpoint(cfg), r.path, suites="all"))
     return base_checkpoint(cfg)

@@ -1,12 +1,15 @@
 """What the three trainers (pretrain, SFT, GRPO) share: trainer arguments, logging, checkpoints, saving.
 
-- ``trainer_kwargs(cfg, run, ...)``: the ``TrainingArguments`` fields every job sets the same way (CPU-safe
-  precision, no gradient checkpointing, checkpoints under ``run.checkpoint_dir()``, the DeepSpeed config when
+Trainers know nothing of the run store: each takes an output directory ``out_dir`` and returns a summary
+(``train_summary.json``). The caller that owns the directory (``acl_lib.pipeline``) marks and cleans it.
+
+- ``trainer_kwargs(cfg, out_dir, ...)``: the ``TrainingArguments`` fields every job sets the same way (CPU-safe
+  precision, no gradient checkpointing, checkpoints under ``<out_dir>/checkpoints``, the DeepSpeed config when
   the job runs under the ``deepspeed`` launcher, logging every step, no external reporters).
 - ``JsonlLogger``: a ``TrainerCallback`` that appends every ``Trainer.log`` record to ``train_log.jsonl`` in the
   run directory with wall time and throughput; the loss / reward curves are read from there.
 - ``save_final_model``: the end of every job: the trained model and tokenizer written atomically to
-  ``run.path / "model"`` (collective under ZeRO-3, written by the main process only).
+  ``<out_dir>/model`` (collective under ZeRO-3, written by the main process only).
 
 Heavy imports (torch, transformers) stay inside functions so importing ``acl_lib.train`` is instant.
 """
@@ -26,6 +29,14 @@ DS_CONFIG_ENV = "ACL_DEEPSPEED_CONFIG"
 
 TRAIN_LOG = "train_log.jsonl"
 TRAIN_SUMMARY = "train_summary.json"
+CHECKPOINTS = "checkpoints"  # resumable checkpoint-N folders inside a job's output directory
+
+
+def checkpoint_dir(out_dir: str | Path) -> Path:
+    """``<out_dir>/checkpoints`` (created): where a job writes and resumes from ``checkpoint-N`` folders."""
+    d = Path(out_dir) / CHECKPOINTS
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 def world_size() -> int:
@@ -51,7 +62,7 @@ def set_threads(cfg) -> None:
     torch.set_num_threads(n)
 
 
-def trainer_kwargs(cfg, run, *, max_steps: int, batch_size: int, learning_rate: float,
+def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_rate: float,
                    warmup_steps: int = 0, scheduler: str = "linear", save_steps: int | None = None) -> dict:
     """Keyword arguments shared by ``TrainingArguments`` / ``SFTConfig`` / ``GRPOConfig``.
 
@@ -64,7 +75,7 @@ def trainer_kwargs(cfg, run, *, max_steps: int, batch_size: int, learning_rate: 
     bf16 = cfg.launcher.mixed_precision == "bf16"
     fp16 = cfg.launcher.mixed_precision == "fp16"
     kw: dict[str, Any] = dict(
-        output_dir=str(run.checkpoint_dir()),
+        output_dir=str(checkpoint_dir(out_dir)),
         max_steps=max_steps,
         per_device_train_batch_size=batch_size // ws,
         gradient_accumulation_steps=1,
@@ -93,11 +104,11 @@ def trainer_kwargs(cfg, run, *, max_steps: int, batch_size: int, learning_rate: 
     return kw
 
 
-def last_checkpoint(run) -> str | None:
-    """The newest ``checkpoint-<step>`` folder of the run (a crashed job resumes from it), or None."""
+def last_checkpoint(out_dir) -> str | None:
+    """The newest ``checkpoint-<step>`` folder under ``<out_dir>/checkpoints`` (a crashed job resumes from it)."""
     from transformers.trainer_utils import get_last_checkpoint
 
-    d = Path(run.checkpoint_dir())
+    d = Path(out_dir) / CHECKPOINTS
     return get_last_checkpoint(str(d)) if d.is_dir() else None
 
 
@@ -197,17 +208,19 @@ def distributed_info(trainer) -> dict:
     }
 
 
-def save_final_model(trainer, tokenizer, run, rel: str = "model") -> Path:
-    """Write the trained model + tokenizer to ``run.path / rel`` atomically; returns that path.
+def save_final_model(trainer, tokenizer, out_dir, rel: str = "model") -> Path:
+    """Write the trained model + tokenizer to ``<out_dir>/<rel>`` atomically; returns that path.
 
     Every process calls this: under ZeRO-3 ``save_model`` gathers the sharded weights (a collective); only the
-    main process writes, through ``run.atomic_dir`` so a crash never leaves a half-written model looking done.
+    main process writes, through ``atomic_dir`` so a crash never leaves a half-written model looking done.
     """
+    from acl_lib.atomic import atomic_dir
+
     main = trainer.is_world_process_zero()
-    ctx = run.atomic_dir(rel) if main else nullcontext(None)
+    ctx = atomic_dir(Path(out_dir) / rel) if main else nullcontext(None)
     with ctx as tmp:
         # Non-main ranks only take part in the gather; ``save_model`` writes on the main process only.
-        trainer.save_model(str(tmp) if tmp is not None else str(Path(run.path) / f".{rel}.rank"))
+        trainer.save_model(str(tmp) if tmp is not None else str(Path(out_dir) / f".{rel}.rank"))
         if main:
             tokenizer.save_pretrained(str(tmp))
             # The generation config carries eos = <|im_end|>: generation must stop where the template ends a turn.
@@ -215,7 +228,7 @@ def save_final_model(trainer, tokenizer, run, rel: str = "model") -> Path:
             if gc is not None:
                 gc.save_pretrained(str(tmp))
     trainer.accelerator.wait_for_everyone()
-    return Path(run.path) / rel
+    return Path(out_dir) / rel
 
 
 def load_model_and_tokenizer(model_dir: str | Path, cfg=None):
@@ -226,21 +239,10 @@ def load_model_and_tokenizer(model_dir: str | Path, cfg=None):
     return load(model_dir, dtype=cfg.model.dtype if cfg is not None else "float32")
 
 
-def pinned_run(cfg, name: str, config_hash: str, path: str | Path | None = None):
-    """A run-store handle on ``<seed dir>/<name>`` (or ``path``) whose config hash is fixed to ``config_hash``.
+def write_summary(trainer, out_dir, summary: dict) -> dict:
+    """Write ``<out_dir>/train_summary.json`` (main process) and return the summary."""
+    if trainer.is_world_process_zero():
+        from acl_lib.atomic import write_json
 
-    Used for the directory of a phase inside a run (the SFT cold start of a stage) and by launched workers,
-    which know the run's directory and hash but not the sections and inputs it was keyed by: pinning the
-    hash keeps ``checkpoints/`` marked with the hash the run store checks on restart.
-    """
-    from acl_lib.runs import Run
-
-    class PinnedRun(Run):
-        @property
-        def config_hash(self) -> str:
-            return config_hash
-
-    run = PinnedRun(cfg, name)
-    if path is not None:
-        run.path = Path(path)
-    return run
+        write_json(Path(out_dir) / TRAIN_SUMMARY, summary)
+    return summary

@@ -1,6 +1,6 @@
 """GRPO from an incoming checkpoint with a world's verifiable reward (TRL ``GRPOTrainer``).
 
-    train_grpo(cfg, model_dir, domain, run)          # tasks: env.tasks("train", cfg.worlds.n_train, seed)
+    summary = train_grpo(cfg, model_dir, domain, out_dir)   # tasks: env.tasks("train", cfg.worlds.n_train, seed)
 
 Single-turn worlds (math, IF) train on a prompt dataset with ``trl_env.EpisodeReward``; tool worlds (search,
 retail) on multi-turn rollouts by ``trl_env.EpisodeRollout`` + ``trl_env.environment_factory`` (the module
@@ -8,13 +8,13 @@ docstring of ``trl_env`` says why not TRL's own tool loop). Settings come from `
 ``batch_size`` completions per optimizer step (= prompts x ``num_generations``), ``max_completion_length``
 tokens per single-turn completion, ``max_episode_tokens`` per multi-turn rollout (TRL counts a multi-turn
 completion whole: policy + observation tokens of every turn; each turn is also capped at
-``cfg.eval.max_new_tokens``, as in evaluation). A training episode may take
-``cfg.eval.max_turns`` assistant turns, the limit it is evaluated under (so a stage never trains for
-conversations it may not finish at test time, nor stops short of them). A rollout cut off by a budget scores 0
+``cfg.grpo.max_new_tokens``). A training episode may take ``cfg.grpo.max_turns`` assistant turns (the
+profiles set these to the evaluation limits, so a stage never trains for conversations it may not finish at
+test time, nor stops short of them; they are training keys so that re-scoring never retrains). A rollout cut off by a budget scores 0
 and stays in the loss (TRL's ``mask_truncated_completions`` is off): the policy learns to finish in budget.
 
-Writes into the run directory: ``train_log.jsonl`` (per step: reward, reward_std, loss, completion length,
-wall time, generated tokens/s), ``train_summary.json``, checkpoints under ``run.checkpoint_dir()`` (a crashed job
+Writes into ``out_dir``: ``train_log.jsonl`` (per step: reward, reward_std, loss, completion length,
+wall time, generated tokens/s), ``train_summary.json``, checkpoints under ``<out_dir>/checkpoints`` (a crashed job
 resumes from the last one), and the final model in ``model/``.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from acl_lib.train import common
 
 
-def grpo_args(cfg, run, multi_turn: bool = False):
+def grpo_args(cfg, out_dir, multi_turn: bool = False):
     """The ``trl.GRPOConfig`` of a stage (CPU-safe settings from ``common.trainer_kwargs``)."""
     from trl import GRPOConfig
 
@@ -35,7 +35,7 @@ def grpo_args(cfg, run, multi_turn: bool = False):
     if g.batch_size % g.num_generations:
         raise ValueError(f"grpo.batch_size ({g.batch_size}) must be a multiple of "
                          f"grpo.num_generations ({g.num_generations})")
-    kw = common.trainer_kwargs(cfg, run, max_steps=g.max_steps, batch_size=g.batch_size,
+    kw = common.trainer_kwargs(cfg, out_dir, max_steps=g.max_steps, batch_size=g.batch_size,
                                learning_rate=g.learning_rate, scheduler="constant")
     return GRPOConfig(
         **kw,
@@ -52,7 +52,7 @@ def grpo_args(cfg, run, multi_turn: bool = False):
     )
 
 
-def build_trainer(cfg, model_dir, env, tasks, run, *, policy=None, callbacks=()):
+def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks=()):
     """A ready ``GRPOTrainer`` for ``tasks`` of ``env`` starting from ``model_dir``.
 
     ``policy``: override the rollout generator of multi-turn worlds (tests); ignored for single-turn worlds.
@@ -64,14 +64,14 @@ def build_trainer(cfg, model_dir, env, tasks, run, *, policy=None, callbacks=())
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func / environment_factory are "experimental"
     model, tok = common.load_model_and_tokenizer(model_dir, cfg)
     multi = trl_env.is_multi_turn(tasks)
-    args = grpo_args(cfg, run, multi_turn=multi)
+    args = grpo_args(cfg, out_dir, multi_turn=multi)
     data = trl_env.grpo_dataset(tasks)
     if multi:
-        max_turns = cfg.eval.max_turns
+        max_turns = cfg.grpo.max_turns
         return GRPOTrainer(
             model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
             environment_factory=trl_env.environment_factory(env, max_turns),
-            rollout_func=trl_env.EpisodeRollout(policy, max_new_tokens=cfg.eval.max_new_tokens),
+            rollout_func=trl_env.EpisodeRollout(policy, max_new_tokens=cfg.grpo.max_new_tokens),
         )
     return GRPOTrainer(
         model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
@@ -79,8 +79,8 @@ def build_trainer(cfg, model_dir, env, tasks, run, *, policy=None, callbacks=())
     )
 
 
-def train_grpo(cfg, model_dir: str | Path, domain: str, run, env=None, tasks=None) -> Path:
-    """Run GRPO for ``domain`` from ``model_dir``; returns ``run.path / "model"``.
+def train_grpo(cfg, model_dir: str | Path, domain: str, out_dir: str | Path, env=None, tasks=None) -> dict:
+    """Run GRPO for ``domain`` from ``model_dir`` into ``<out_dir>/model``; returns the summary.
 
     ``env`` / ``tasks`` default to the domain's world (``cfg.worlds``) and its first ``cfg.worlds.n_train``
     training tasks; pass them to train on something else (tests, ablations).
@@ -90,16 +90,14 @@ def train_grpo(cfg, model_dir: str | Path, domain: str, run, env=None, tasks=Non
     common.set_threads(cfg)
     env = env if env is not None else trl_env.make_env(domain, cfg)
     tasks = tasks if tasks is not None else env.tasks("train", cfg.worlds.n_train, seed=cfg.seed)
-    log = common.make_jsonl_logger(Path(run.path) / common.TRAIN_LOG, extra={"job": "grpo", "domain": domain})
-    trainer = build_trainer(cfg, model_dir, env, tasks, run, callbacks=[log])
+    log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "grpo", "domain": domain})
+    trainer = build_trainer(cfg, model_dir, env, tasks, out_dir, callbacks=[log])
     t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=common.last_checkpoint(run))
+    trainer.train(resume_from_checkpoint=common.last_checkpoint(out_dir))
     wall = time.perf_counter() - t0
-    out = common.save_final_model(trainer, trainer.processing_class, run)
-    if trainer.is_world_process_zero():
-        summary = common.summarize(common.read_log(Path(run.path) / common.TRAIN_LOG), wall, job="grpo",
-                                   domain=domain, tasks=len(tasks), multi_turn=trl_env.is_multi_turn(tasks),
-                                   **common.distributed_info(trainer))
-        run.write_json(common.TRAIN_SUMMARY, summary)
-    return out
+    common.save_final_model(trainer, trainer.processing_class, out_dir)
+    summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="grpo",
+                               domain=domain, tasks=len(tasks), multi_turn=trl_env.is_multi_turn(tasks),
+                               **common.distributed_info(trainer))
+    return common.write_summary(trainer, out_dir, summary)
 

@@ -1,6 +1,6 @@
 """Run a training job in-process, as several processes under DeepSpeed, or on several nodes.
 
-    launch(cfg, "sft", run, model_dir=..., dataset=...)      # the same call in a notebook at every scale
+    summary = launch(cfg, "sft", out_dir, model_dir=..., dataset=...)   # the same call at every scale
 
 ``cfg.launcher.mode`` picks how:
 
@@ -8,16 +8,16 @@
 * ``multi_process``: ``deepspeed --num_accelerators <num_processes> --module acl_lib.train.entry ...`` on this
   machine, every worker under the DeepSpeed ZeRO config of ``cfg.launcher.zero_stage`` (on a machine without
   GPUs, DeepSpeed's CPU accelerator: ``DS_ACCELERATOR=cpu``, gloo/ccl collectives). Blocks until the job ends;
-  its output goes to ``<run>/launch/job.log``.
-* ``multi_node``: writes ``<run>/launch/deepspeed.sh`` (hostfile-based ``deepspeed --hostfile ... --num_nodes
-  --num_gpus``) and ``<run>/launch/slurm.sbatch`` (one ``srun`` task per node running ``accelerate launch`` with
+  its output goes to ``<out_dir>/launch/job.log``.
+* ``multi_node``: writes ``<out_dir>/launch/deepspeed.sh`` (hostfile-based ``deepspeed --hostfile ... --num_nodes
+  --num_gpus``) and ``<out_dir>/launch/slurm.sbatch`` (one ``srun`` task per node running ``accelerate launch`` with
   the node's machine rank and the first node's address from ``scontrol``), then runs the first it can:
   the hostfile script if ``cfg.launcher.hostfile`` exists, else ``sbatch --wait`` if Slurm is there. Neither:
   it raises, naming the scripts to run by hand.
 
 Job arguments must be JSON-serialisable (paths, names, lists of strings): workers read them from
-``<run>/launch/job.json`` with the resolved config, and rebuild the run handle with the same directory and
-config hash (so ``checkpoints/`` stays valid for the run store).
+``<out_dir>/launch/job.json`` with the resolved config and the output directory. The launcher knows nothing
+of the run store: whoever owns ``out_dir`` marks and cleans it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from acl_lib.train.common import DS_CONFIG_ENV
+from acl_lib.train.common import DS_CONFIG_ENV, TRAIN_SUMMARY
 
 CONFIG_DIR = Path(__file__).parent / "deepspeed_configs"
 LAUNCH_DIR = "launch"
@@ -65,13 +65,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_job(cfg, job: str, run, job_args: dict) -> Path:
-    """``<run>/launch/job.json``: what a worker needs to rebuild the call (config, job, args, run identity)."""
-    d = Path(run.path) / LAUNCH_DIR
+def write_job(cfg, job: str, out_dir, job_args: dict) -> Path:
+    """``<out_dir>/launch/job.json``: what a worker needs to rebuild the call (config, job, args, output dir)."""
+    d = Path(out_dir) / LAUNCH_DIR
     d.mkdir(parents=True, exist_ok=True)
-    run.checkpoint_dir()  # records the run's config hash beside the checkpoints before workers write any
-    spec = {"job": job, "args": job_args, "run_name": run.name, "config_hash": run.config_hash,
-            "config": cfg.to_dict()}
+    spec = {"job": job, "args": job_args, "out_dir": str(Path(out_dir).resolve()), "config": cfg.to_dict()}
     path = d / "job.json"
     path.write_text(json.dumps(spec, indent=2))
     return path
@@ -106,10 +104,10 @@ def worker_env(cfg, ds_config: Path) -> dict:
     return env
 
 
-def multi_node_scripts(cfg, job_file: Path, run) -> dict[str, Path]:
-    """Write the hostfile ``deepspeed`` script and the Slurm batch script into ``<run>/launch/``."""
+def multi_node_scripts(cfg, job_file: Path, out_dir) -> dict[str, Path]:
+    """Write the hostfile ``deepspeed`` script and the Slurm batch script into ``<out_dir>/launch/``."""
     L = cfg.launcher
-    d = Path(run.path) / LAUNCH_DIR
+    d = Path(out_dir) / LAUNCH_DIR
     ds_config = deepspeed_config(cfg)
     hostfile = Path(L.hostfile).resolve() if L.hostfile else d / "hostfile"
     root = Path(__file__).resolve().parents[2]
@@ -133,7 +131,7 @@ def multi_node_scripts(cfg, job_file: Path, run) -> dict[str, Path]:
     sb = d / "slurm.sbatch"
     sb.write_text(
         "#!/bin/bash\n"
-        f"#SBATCH --job-name=acl-{run.name.replace('/', '-')}\n"
+        f"#SBATCH --job-name=acl-{Path(out_dir).name}\n"
         f"#SBATCH --nodes={L.num_nodes}\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node={L.num_processes}\n"
         f"#SBATCH --time={L.slurm_time}\n{partition}"
         f"#SBATCH --output={d}/slurm-%j.out\n"
@@ -156,22 +154,22 @@ def _run_logged(cmd: list[str], env: dict, log: Path) -> None:
         raise RuntimeError(f"training job failed (exit {proc.returncode}); last lines of {log}:\n{tail}")
 
 
-def launch(cfg, job: str, run, **job_args):
-    """Run ``job`` (``pretrain`` / ``sft`` / ``grpo``) for ``run`` as ``cfg.launcher.mode`` says.
+def launch(cfg, job: str, out_dir, **job_args) -> dict:
+    """Run ``job`` (``pretrain`` / ``sft`` / ``grpo``) into ``out_dir`` as ``cfg.launcher.mode`` says.
 
-    Returns what the job returns in-process; for launched jobs, ``run.path / "model"`` once it exists.
+    Returns the job's summary (``<out_dir>/train_summary.json``); the model is in ``<out_dir>/model``.
     """
     mode = cfg.launcher.mode
     fn = job_function(job)  # fail on a bad job name before anything is written
     if mode == "in_process":
-        return fn(cfg, run=run, **job_args)
-    job_file = write_job(cfg, job, run, job_args)
-    log = Path(run.path) / LAUNCH_DIR / "job.log"
+        return fn(cfg, out_dir=out_dir, **job_args)
+    job_file = write_job(cfg, job, out_dir, job_args)
+    log = Path(out_dir) / LAUNCH_DIR / "job.log"
     if mode == "multi_process":
         env = worker_env(cfg, deepspeed_config(cfg))
         _run_logged(deepspeed_local_command(cfg, job_file), env, log)
     else:
-        scripts = multi_node_scripts(cfg, job_file, run)
+        scripts = multi_node_scripts(cfg, job_file, out_dir)
         if cfg.launcher.hostfile and Path(cfg.launcher.hostfile).exists():
             _run_logged(["bash", str(scripts["deepspeed"])], dict(os.environ), log)
         elif shutil.which("sbatch"):
@@ -181,7 +179,8 @@ def launch(cfg, job: str, run, **job_args):
                 f"multi_node launch: no hostfile at '{cfg.launcher.hostfile}' and no Slurm here. Run "
                 f"{scripts['slurm']} (sbatch) or {scripts['deepspeed']} on the cluster, then re-run this step."
             )
-    model = Path(run.path) / "model"
-    if not model.exists():
-        raise RuntimeError(f"launched job finished but wrote no model at {model}; see {log}")
-    return model
+    model = Path(out_dir) / "model"
+    summary = Path(out_dir) / TRAIN_SUMMARY
+    if not model.exists() or not summary.exists():
+        raise RuntimeError(f"launched job finished but wrote no model and summary in {out_dir}; see {log}")
+    return json.loads(summary.read_text())

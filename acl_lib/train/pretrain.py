@@ -1,6 +1,6 @@
 """Causal-LM pretraining of the small base model on a text corpus (HF ``Trainer``).
 
-    train_pretrain(cfg, model_dir, corpus, run)   # model_dir: the freshly built base (tokenizer + init weights)
+    summary = train_pretrain(cfg, model_dir, corpus, out_dir)   # model_dir: the freshly built base
 
 The corpus (a list of documents, or a ``.jsonl`` file of ``{"text": ...}`` lines) is tokenized, the documents
 are joined with the pad token ``<|endoftext|>`` as document separator (Qwen's convention) and cut into
@@ -8,7 +8,7 @@ are joined with the pad token ``<|endoftext|>`` as document separator (Qwen's co
 ``cfg.pretrain``: ``max_steps``, ``batch_size`` (blocks per optimizer step, all processes together),
 ``learning_rate`` (cosine decay after ``warmup_steps``).
 
-Writes into the run directory: ``train_log.jsonl`` (loss, learning rate, grad norm, wall time, tokens/s per
+Writes into ``out_dir``: ``train_log.jsonl`` (loss, learning rate, grad norm, wall time, tokens/s per
 step), ``train_summary.json``, ``checkpoints/checkpoint-N`` (resumed from after a crash), ``model/``.
 """
 
@@ -45,8 +45,8 @@ def pack_corpus(texts: list[str], tokenizer, seq_len: int) -> list[list[int]]:
     return [stream[i * seq_len:(i + 1) * seq_len] for i in range(n)]
 
 
-def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, run) -> Path:
-    """Pretrain the model in ``model_dir`` on ``corpus``; returns ``run.path / "model"``."""
+def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, out_dir: str | Path) -> dict:
+    """Pretrain the model in ``model_dir`` on ``corpus`` into ``<out_dir>/model``; returns the summary."""
     from datasets import Dataset
     from transformers import Trainer, TrainingArguments, default_data_collator
 
@@ -57,19 +57,17 @@ def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, r
     # Every block is full, so labels are the inputs (the model shifts them) and nothing needs masking.
     data = Dataset.from_dict({"input_ids": blocks, "labels": blocks})
     args = TrainingArguments(**common.trainer_kwargs(
-        cfg, run, max_steps=p.max_steps, batch_size=p.batch_size, learning_rate=p.learning_rate,
+        cfg, out_dir, max_steps=p.max_steps, batch_size=p.batch_size, learning_rate=p.learning_rate,
         warmup_steps=p.warmup_steps, scheduler="cosine"))
-    log = common.make_jsonl_logger(Path(run.path) / common.TRAIN_LOG, tokens_per_step=p.batch_size * p.seq_len,
+    log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, tokens_per_step=p.batch_size * p.seq_len,
                                    extra={"job": "pretrain"})
     trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=default_data_collator,
                       processing_class=tok, callbacks=[log])
     t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=common.last_checkpoint(run))
+    trainer.train(resume_from_checkpoint=common.last_checkpoint(out_dir))
     wall = time.perf_counter() - t0
-    out = common.save_final_model(trainer, tok, run)
-    if trainer.is_world_process_zero():
-        summary = common.summarize(common.read_log(Path(run.path) / common.TRAIN_LOG), wall, job="pretrain",
-                                   blocks=len(blocks), seq_len=p.seq_len, corpus_tokens=len(blocks) * p.seq_len,
-                                   **common.distributed_info(trainer))
-        run.write_json(common.TRAIN_SUMMARY, summary)
-    return out
+    common.save_final_model(trainer, tok, out_dir)
+    summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="pretrain",
+                               blocks=len(blocks), seq_len=p.seq_len, corpus_tokens=len(blocks) * p.seq_len,
+                               **common.distributed_info(trainer))
+    return common.write_summary(trainer, out_dir, summary)

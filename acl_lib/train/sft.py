@@ -1,7 +1,7 @@
 """Rejection-sampled SFT cold start (TRL ``SFTTrainer``, loss on assistant tokens only).
 
     rows, stats = collect_demos(env, policy, tasks, max_turns=8)   # policy(task, messages) -> raw turn text
-    train_sft(cfg, model_dir, rows, run)
+    summary = train_sft(cfg, model_dir, rows, out_dir)
 
 ``collect_demos`` drives one episode per task with a teacher policy (the world's ``scripted_expert`` at mini
 scale; any callable ``(task, messages) -> text``) and keeps a trajectory only if it scored reward 1.0 with no
@@ -20,6 +20,7 @@ processes together), ``learning_rate``, ``max_length`` (tokens; longer conversat
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,6 +28,8 @@ from typing import Callable
 
 from acl_lib.envs.base import Environment, Task
 from acl_lib.train import common
+
+logger = logging.getLogger("acl.train.sft")
 
 TeacherPolicy = Callable[[Task, list[dict]], str]
 
@@ -91,20 +94,21 @@ def read_rows(dataset: list[dict] | str | Path) -> list[dict]:
     return list(dataset)
 
 
-def sft_args(cfg, run):
+def sft_args(cfg, out_dir):
     from trl import SFTConfig
 
     s = cfg.sft
-    kw = common.trainer_kwargs(cfg, run, max_steps=s.max_steps, batch_size=s.batch_size,
+    kw = common.trainer_kwargs(cfg, out_dir, max_steps=s.max_steps, batch_size=s.batch_size,
                                learning_rate=s.learning_rate, scheduler="cosine")
     return SFTConfig(**kw, assistant_only_loss=True, max_length=s.max_length, packing=False,
                      dataset_num_proc=None)
 
 
-def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, run) -> Path:
-    """SFT the model in ``model_dir`` on chat rows (a list, or a jsonl path); returns ``run.path / "model"``.
+def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_dir: str | Path) -> dict:
+    """SFT the model in ``model_dir`` on chat rows (a list, or a jsonl path) into ``<out_dir>/model``.
 
-    Writes ``train_log.jsonl``, ``train_summary.json``, ``checkpoints/`` (resumed from) and ``model/``.
+    Writes ``train_log.jsonl``, ``train_summary.json``, ``checkpoints/`` (resumed from) and ``model/`` into
+    ``out_dir``; returns the summary.
     """
     from datasets import Dataset
     from trl import SFTTrainer
@@ -114,8 +118,8 @@ def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, run)
     if not rows:
         raise ValueError("no SFT rows: rejection sampling kept nothing")
     model, tok = common.load_model_and_tokenizer(model_dir, cfg)
-    log = common.make_jsonl_logger(Path(run.path) / common.TRAIN_LOG, extra={"job": "sft"})
-    trainer = SFTTrainer(model=model, args=sft_args(cfg, run), train_dataset=Dataset.from_list(rows),
+    log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "sft"})
+    trainer = SFTTrainer(model=model, args=sft_args(cfg, out_dir), train_dataset=Dataset.from_list(rows),
                          processing_class=tok, callbacks=[log])
     if len(trainer.train_dataset) == 0:  # TRL drops rows whose assistant turns were all cut off
         raise ValueError(f"all {len(rows)} SFT conversations lost every assistant token to truncation at "
@@ -124,15 +128,13 @@ def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, run)
     # Conversations longer than max_length lose their ends (often the final answer): count them.
     n_cut = sum(len(x) >= cfg.sft.max_length for x in trainer.train_dataset["input_ids"])
     if n_cut:
-        run.logger.warning("SFT: %d of %d conversations truncated at sft.max_length=%d tokens",
+        logger.warning("SFT: %d of %d conversations truncated at sft.max_length=%d tokens",
                            n_cut, len(rows), cfg.sft.max_length)
     t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=common.last_checkpoint(run))
+    trainer.train(resume_from_checkpoint=common.last_checkpoint(out_dir))
     wall = time.perf_counter() - t0
-    out = common.save_final_model(trainer, tok, run)
-    if trainer.is_world_process_zero():
-        summary = common.summarize(common.read_log(Path(run.path) / common.TRAIN_LOG), wall, job="sft",
-                                   rows=len(rows), dataset_tokens=n_tokens, truncated_rows=n_cut,
-                                   **common.distributed_info(trainer))
-        run.write_json(common.TRAIN_SUMMARY, summary)
-    return out
+    common.save_final_model(trainer, tok, out_dir)
+    summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="sft",
+                               rows=len(rows), dataset_tokens=n_tokens, truncated_rows=n_cut,
+                               **common.distributed_info(trainer))
+    return common.write_summary(trainer, out_dir, summary)

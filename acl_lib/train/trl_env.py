@@ -39,11 +39,12 @@ from acl_lib.envs.base import Environment, Episode, Task
 
 def make_env(domain: str, cfg) -> Environment:
     """The world of a training stage (``math``/``search``/``ecom``/``if``) or environment name, built from
-    ``cfg.worlds`` and ``cfg.seed`` through the registry in ``acl_lib.envs``."""
+    ``cfg.worlds`` with the world seed ``cfg.worlds.seed``, exactly as evaluation builds it (the training
+    seed ``cfg.seed`` only changes which training tasks are drawn and how the model samples)."""
     from acl_lib.envs import STAGE_ENV
     from acl_lib.envs import make_env as make
 
-    return make(STAGE_ENV.get(domain, domain), cfg.worlds, seed=cfg.seed)
+    return make(STAGE_ENV.get(domain, domain), cfg.worlds, seed=cfg.worlds.seed)
 
 
 # --- datasets ----------------------------------------------------------------------------------------

@@ -1,0 +1,129 @@
+"""Retrievers for the search domain: a local BM25 index (``bm25s``) and a client of a Search-R1-style
+retrieval service over HTTP (``worlds.retriever_url``). Both have ``search(query, k) -> [{"id",
+"contents", "score"}]``; ``search.SearchEnv`` picks one and formats what it returns.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from acl_lib.envs.base import ToolError
+
+
+def _tokenize_queries(queries: list[str]) -> list[list[str]]:
+    import bm25s
+
+    return bm25s.tokenize(queries, stopwords="en", return_ids=False, show_progress=False)
+
+
+class BM25Retriever:
+    """BM25 (bm25s) over a list of ``{"id", "contents"}`` documents.
+
+    ``docs`` may be a list or any callable ``i -> doc`` (the real corpus is read from disk by offset,
+    so a 21M-passage corpus never sits in memory).
+    """
+
+    def __init__(self, bm25, get_doc: Callable[[int], dict]):
+        self.bm25 = bm25
+        self._get_doc = get_doc
+
+    @classmethod
+    def from_documents(cls, docs: list[dict]) -> BM25Retriever:
+        import bm25s
+
+        tokens = bm25s.tokenize([d["contents"] for d in docs], stopwords="en", show_progress=False)
+        bm25 = bm25s.BM25()
+        bm25.index(tokens, show_progress=False)
+        return cls(bm25, docs.__getitem__)
+
+    @classmethod
+    def from_corpus_file(cls, corpus_path: str | Path) -> BM25Retriever:
+        """Load the index saved next to ``corpus_path`` (``<corpus>.bm25s/``), building it if missing."""
+        import bm25s
+
+        corpus_path = Path(corpus_path)
+        index_dir = corpus_path.with_name(corpus_path.name + ".bm25s")
+        offsets_file = index_dir / "offsets.npy"
+        if not offsets_file.exists():
+            offsets = []  # byte offset of every document line: documents are read back by seek
+            with open(corpus_path, "rb") as f:
+                pos = f.tell()
+                for line in iter(f.readline, b""):
+                    if line.strip():
+                        offsets.append(pos)
+                    pos = f.tell()
+
+            def contents():  # streamed, so only token ids (not the corpus text) are held in memory
+                with open(corpus_path, "rb") as f:
+                    for line in f:
+                        if line.strip():
+                            yield json.loads(line)["contents"]
+
+            tokenizer = bm25s.tokenization.Tokenizer(stopwords="en")  # same rules as ``_tokenize_queries``
+            tokens = tokenizer.tokenize(contents(), length=len(offsets), return_as="tuple", show_progress=False)
+            bm25 = bm25s.BM25()
+            bm25.index(tokens, show_progress=False)
+            tmp = index_dir.with_name(index_dir.name + ".tmp")
+            bm25.save(str(tmp), show_progress=False)
+            np.save(tmp / "offsets.npy", np.asarray(offsets, dtype=np.int64))
+            tmp.rename(index_dir)  # complete or absent: a crashed build never looks finished
+        bm25 = bm25s.BM25.load(str(index_dir), mmap=True, show_progress=False)
+        offsets = np.load(offsets_file, mmap_mode="r")
+
+        def get_doc(i: int) -> dict:
+            with open(corpus_path, "rb") as f:
+                f.seek(int(offsets[i]))
+                return json.loads(f.readline())
+
+        return cls(bm25, get_doc)
+
+    def search(self, query: str, k: int) -> list[dict]:
+        """Top-``k`` documents (``id``, ``contents``, ``score``) with a positive BM25 score, best first."""
+        tokens = _tokenize_queries([query])
+        n_docs = int(self.bm25.scores["num_docs"])
+        if not tokens[0] or n_docs == 0:
+            return []
+        ids, scores = self.bm25.retrieve(tokens, k=min(k, n_docs), show_progress=False)
+        out = []
+        for i, s in zip(ids[0], scores[0]):
+            if s > 0:
+                doc = self._get_doc(int(i))
+                out.append({"id": str(doc.get("id", i)), "contents": doc["contents"], "score": float(s)})
+        return out
+
+
+class HTTPRetriever:
+    """Client of a Search-R1-style retrieval service.
+
+    Request: ``POST <url>`` with ``{"queries": [...], "topk": k, "return_scores": true}``; response:
+    ``{"result": [[{"document": {"id", "contents"}, "score"}, ...]]}`` (one list per query). Any
+    failure (network, timeout, HTTP status, bad JSON, unexpected shape) raises ``ToolError``, which the
+    episode shows the agent as ``Error: retriever unavailable: ...``.
+    """
+
+    def __init__(self, url: str, timeout: float = 30.0):
+        self.url = url
+        self.timeout = timeout
+
+    def search(self, query: str, k: int) -> list[dict]:
+        body = json.dumps({"queries": [query], "topk": k, "return_scores": True}).encode()
+        req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                payload = json.loads(resp.read().decode("utf-8"))
+            docs = []
+            for item in payload["result"][0]:
+                # without return_scores the server returns bare documents; accept both shapes
+                doc = item["document"] if "document" in item else item
+                docs.append({"id": str(doc.get("id", "")), "contents": str(doc["contents"]),
+                             "score": item.get("score")})
+            return docs[:k]
+        # URLError and timeouts are OSErrors; a bad payload raises one of the others
+        except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ToolError(f"retriever unavailable: {type(exc).__name__}: {exc}") from None
