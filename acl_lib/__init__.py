@@ -5,3 +5,7 @@ so ``acl --help`` answers instantly.
 """
 
 __version__ = "0.1.0"
+
+from acl_lib.seeding import pin_cpu_kernels as _pin_cpu_kernels
+
+_pin_cpu_kernels()  # before torch loads: the same CPU kernels on every x86 processor (see acl_lib.seeding)

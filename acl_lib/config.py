@@ -47,6 +47,11 @@ class ModelConfig(_Section):
 
 class PretrainConfig(_Section):
     enabled: bool = True  # False: the base checkpoint is model.base_model, nothing is trained
+    # "shipped": load the pretrained base committed with the suite (shipped_dir, checked against its model
+    # card's sha256), as the paper profile starts from a released model; "pretrain": build it from scratch
+    # with the recipe below (the recipe that built the shipped one; see its MODEL_CARD.md).
+    source: Literal["pretrain", "shipped"] = "pretrain"
+    shipped_dir: str = "acl_lib/data/mini_base"  # relative to the suite's checkout (or an absolute path)
     corpus_chars: int = Field(400_000, ge=1000)  # size of the corpus drawn from the mini worlds (BPE + pretraining)
     # Share of the corpus (in characters) per training world. Shares are by size, not by document count:
     # a retail transcript is ~20x longer than a math solution.
@@ -58,6 +63,16 @@ class PretrainConfig(_Section):
     learning_rate: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(0, ge=0)
     max_turns: int = Field(8, ge=1)  # turn limit of the corpus's expert transcripts
+    # The corpus is drawn from worlds of cfg.worlds' shape built with these world seeds, never the evaluation
+    # world's (checked): the base learns the formats and how to read, not the facts of the worlds it is tested on.
+    world_seeds: list[int] = Field(default_factory=lambda: [1000, 1001, 1002, 1003])
+    # Copy warm-up (phase 1, see acl_lib.train.pretrain): synthetic induction blocks before the corpus.
+    copy_warmup_steps: int = Field(0, ge=0)
+    copy_warmup_batch: int = Field(32, ge=1)
+    copy_warmup_seq_len: int = Field(128, ge=16)
+    copy_warmup_lr: float = Field(1e-3, gt=0)
+    copy_mix: float = Field(0.0, ge=0, lt=1)  # share of synthetic copy blocks among the corpus blocks
+    copy_eval_every: int = Field(0, ge=0)  # log the context-copy gain every N steps (0: never)
 
     @field_validator("mix")
     @classmethod
@@ -217,6 +232,13 @@ class Config(_Section):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     launcher: LauncherConfig = Field(default_factory=LauncherConfig)
+
+    @model_validator(mode="after")
+    def _check_corpus_worlds(self) -> "Config":
+        if self.worlds.seed in self.pretrain.world_seeds:
+            raise ValueError(f"pretrain.world_seeds {self.pretrain.world_seeds} contains the evaluation world seed "
+                             f"worlds.seed={self.worlds.seed}: the base would be pretrained on the test world")
+        return self
 
     @model_validator(mode="after")
     def _check_stage_configs(self) -> "Config":

@@ -3,8 +3,11 @@
 A web-pretrained base (the study's Qwen3-8B-Base) has seen text of every kind, right and wrong, but was
 never trained on our benchmarks. The mini base imitates that:
 
-- only the *training* worlds (math, search, retail, instruct) and only their ``train`` splits: no test
-  task, and nothing from the OOD domains (mock, telecom, multiple-choice sets, unseen IF constraints);
+- only the *training* worlds (math, search, retail, instruct) and only their ``train`` splits, of worlds
+  built with other seeds than the evaluation world (``pretrain.world_seeds``; ``worlds.seed`` is refused):
+  no test task, no fact or entity of the evaluated world, and nothing from the OOD domains (mock, telecom,
+  multiple-choice sets, unseen IF constraints). Entities drawn fresh per world mean that only reading the
+  context predicts them, as for a web-pretrained model facing a benchmark it never saw;
 - chat-rendered transcripts of a *noisy* scripted expert: each assistant turn is, with probability
   ``pretrain.noise``, corrupted (a digit changed in a tool argument or an answer, an answer swapped for
   another task's, a single-turn solution replaced by a plausible wrong one). Tools and users answer the
@@ -77,9 +80,34 @@ def transcript(env, policy, task: Task, max_turns: int) -> list[dict]:
 
 
 def base_corpus(cfg: Config) -> tuple[list[str], dict[str, dict]]:
-    """``(documents, stats per source)``: about ``cfg.pretrain.corpus_chars`` characters of chat-rendered
-    transcripts, shared between the training worlds as ``cfg.pretrain.mix`` says, plus the search world's
-    knowledge documents.
+    """``(documents, stats per source)``: about ``cfg.pretrain.corpus_chars`` characters, split evenly over the
+    worlds of ``cfg.pretrain.world_seeds`` (see ``world_corpus``), shuffled."""
+    seeds = cfg.pretrain.world_seeds
+    if not seeds:
+        raise ValueError("pretrain.world_seeds is empty: the corpus needs at least one world")
+    docs: list[str] = []
+    stats: dict[str, dict] = {}
+    share = cfg.pretrain.corpus_chars // len(seeds)
+    for s in seeds:
+        tree = cfg.to_dict()
+        tree["worlds"]["seed"] = s
+        tree["pretrain"]["corpus_chars"] = max(1000, share)
+        tree["pretrain"]["world_seeds"] = [x for x in seeds if x != s]
+        part, part_stats = world_corpus(Config.model_validate(tree))
+        docs += part
+        for source, st in part_stats.items():
+            agg = stats.setdefault(source, {})
+            for k, v in st.items():
+                agg[k] = agg.get(k, 0) + v
+    random.Random(cfg.seed * 7919 + 29).shuffle(docs)
+    stats["worlds"] = {"seeds": list(seeds)}
+    return docs, stats
+
+
+def world_corpus(cfg: Config) -> tuple[list[str], dict[str, dict]]:
+    """``(documents, stats per source)`` of the one world ``cfg.worlds`` (with its seed): about
+    ``cfg.pretrain.corpus_chars`` characters of chat-rendered transcripts, shared between the training
+    worlds as ``cfg.pretrain.mix`` says, plus the search world's knowledge documents.
 
     Tasks come from each world's ``train`` split, drawn with the world seed plus an offset so they are not
     the very tasks RL trains on later; a small pool is cycled (each pass with fresh noise).

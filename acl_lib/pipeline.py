@@ -38,7 +38,13 @@ def seq_run_names(cfg: Config) -> list[str]:
     return [f"seq_{d}" for d in cfg.pipeline.curriculum]
 
 
-def model_dir(run: Run) -> Path:
+def model_dir(run: Run) -> Path | str:
+    """The checkpoint a complete run holds: ``<run>/model``, or for the base the hub id / directory it
+    records (the paper profile's base is ``model.base_model``, never copied into the run store)."""
+    if run.name == "base":
+        from acl_lib.model.build import base_checkpoint
+
+        return base_checkpoint(run.cfg)
     return run.path / "model"
 
 

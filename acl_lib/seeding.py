@@ -1,7 +1,16 @@
-"""One call to make a run repeatable: seed Python's ``random``, NumPy's global RNG and torch (CPU and CUDA).
+"""Repeatable runs: seed every generator, and run the same CPU kernels on every x86 processor.
+
+* ``seed_everything(seed)``: Python's ``random``, NumPy's global RNG and torch (CPU and CUDA). Called at the
+  start of base building and of every evaluation (training seeds through the trainers' own ``seed``).
+* ``pin_cpu_kernels()``: called when ``acl_lib`` is imported, before torch. Two x86 processors of different
+  generations run different vectorised kernels (AVX-512 where present, else AVX2), which round differently,
+  and on a tiny model trained for hundreds of steps a rounding difference grows into a different checkpoint.
+  Pinning PyTorch's ATen kernels, MKL and oneDNN to their AVX2 code paths gives every AVX2-capable x86
+  processor the same arithmetic. Each variable is only set when unset, so ``ATEN_CPU_CAPABILITY=avx512``
+  (say) in the environment wins; it has no effect on GPU kernels.
 
 Deterministic *algorithms* (``torch.use_deterministic_algorithms``) are not switched on: they slow GPU kernels
-and some ops have no deterministic version; seeding makes CPU runs repeatable, which is what the tests need.
+and some ops have no deterministic version; CPU kernels at a fixed thread count are deterministic already.
 """
 
 from __future__ import annotations
@@ -10,6 +19,18 @@ import os
 import random
 
 import numpy as np
+
+
+# Environment variables read by torch / MKL / oneDNN when they load: the AVX2 code path on any x86 processor.
+CPU_KERNEL_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def pin_cpu_kernels() -> dict[str, str]:
+    """Set ``CPU_KERNEL_ENV`` where unset (must run before torch is imported to take effect); returns the
+    values in force. Child processes (papermill kernels, launched trainers) inherit them."""
+    for key, value in CPU_KERNEL_ENV.items():
+        os.environ.setdefault(key, value)
+    return {k: os.environ[k] for k in CPU_KERNEL_ENV}
 
 
 def seed_everything(seed: int) -> None:

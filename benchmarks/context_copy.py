@@ -1,4 +1,4 @@
-"""Does a checkpoint copy from its context? (a diagnostic, not a test)
+"""Does a checkpoint copy from its context? (a diagnostic, not a test; the measure is acl_lib.model.copying)
 
 Search and e-commerce ask the agent to copy what it cannot predict otherwise: an entity name from the question
 into a query, a year out of a retrieved passage, an order id from the user into a tool call. This script
@@ -17,33 +17,6 @@ mean negative log-likelihood per token on the first and on the second copy:
 from __future__ import annotations
 
 import argparse
-import random
-
-
-def word_lists(words: list[str], n: int, length: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(words) for _ in range(length)) for _ in range(n)]
-
-
-def copy_gain(model, tokenizer, lists: list[str], sep: str = " |") -> dict:
-    """Mean NLL per token of each list's first and second copy in ``" " + list + sep + " " + list``."""
-    import torch
-
-    first = second = 0.0
-    for words in lists:
-        text = " " + words  # both copies start with a space, so they tokenize alike
-        ids = tokenizer(text + sep + text)["input_ids"]
-        once = tokenizer(text)["input_ids"]
-        n = len(once)
-        if ids[-n:] != once or len(ids) < 2 * n + 1:
-            raise ValueError(f"the list does not tokenize the same twice; use another separator than {sep!r}")
-        with torch.no_grad():
-            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1].float(), -1)
-        nll = -logp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]
-        first += nll[: n - 1].mean().item()  # tokens 2..n of the first copy
-        second += nll[-(n - 1):].mean().item()  # tokens 2..n of the second copy
-    k = len(lists)
-    return {"first": round(first / k, 3), "second": round(second / k, 3), "gain": round((first - second) / k, 3)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,13 +31,11 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from acl_lib.config import load_config
-    from acl_lib.envs import make_env
+    from acl_lib.model.copying import copy_gain, world_word_lists
 
     torch.set_num_threads(2)
     cfg = load_config(args.profile)
-    env = make_env("search", cfg.worlds, seed=cfg.worlds.seed)
-    words = sorted({w.strip('.,"') for d in env.documents for w in d["contents"].split()} - {""})
-    lists = word_lists(words, args.lists, args.length)
+    lists = world_word_lists(cfg, args.lists, args.length)
     for path in args.models:
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path).eval()

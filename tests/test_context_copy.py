@@ -1,15 +1,11 @@
-"""The context-copy diagnostic (benchmarks/context_copy.py): an induction oracle gains, a uniform model does not."""
+"""The context-copy measure (acl_lib.model.copying, run by benchmarks/context_copy.py): an induction oracle
+gains, a uniform model does not; the synthetic copy blocks repeat every segment."""
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
-spec = importlib.util.spec_from_file_location(
-    "context_copy", Path(__file__).resolve().parents[1] / "benchmarks" / "context_copy.py")
-context_copy = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(context_copy)
+from acl_lib.model import copying as context_copy
 
 VOCAB = 64
 
@@ -52,3 +48,13 @@ def test_an_induction_oracle_gains_and_a_uniform_model_does_not():
 
 def test_word_lists_are_deterministic():
     assert context_copy.word_lists(["a", "b", "c"], 3, 5, seed=1) == context_copy.word_lists(["a", "b", "c"], 3, 5, seed=1)
+
+
+def test_induction_blocks_repeat_each_segment_after_the_separator():
+    blocks = context_copy.induction_blocks(4, 64, list(range(10, 50)), sep=1, seed=3)
+    assert len(blocks) == 4 and all(len(b) == 64 for b in blocks)
+    seq = blocks[0]
+    cut = seq.index(1)
+    seg = seq[:cut]
+    assert 5 <= len(seg) <= 15 and seq[cut + 1:cut + 1 + len(seg)] == seg
+    assert context_copy.induction_blocks(4, 64, list(range(10, 50)), sep=1, seed=3) == blocks

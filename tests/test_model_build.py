@@ -209,3 +209,42 @@ def test_grpo_trainer_accepts_our_tokenizer_and_tools(cfg, tok, tmp_path):
     assert trainer.processing_class.response_template == RESPONSE_TEMPLATE  # ours kept, nothing guessed
     trainer.train()
     assert trainer.state.global_step == 1
+
+
+def test_a_shipped_base_is_checked_against_its_card_before_use(tmp_path, cfg, tok, model):
+    from acl_lib.model import shipped
+
+    built = tmp_path / "built"
+    save(model, tok, built)
+    ship = tmp_path / "ship"
+    config = {"model": cfg.model.model_dump(), "pretrain": cfg.pretrain.model_dump(), "worlds": {}}
+    config["model"]["vocab_size"] = cfg.model.vocab_size
+    card = shipped.write_shipped(built, ship, {
+        "config": config, "parameters": count_parameters(model), "vocab_size": len(tok), "corpus_tokens": 1000,
+        "tokens_seen": 4000, "wall_s": 60.0, "machine": "test", "built_at": "2026-12-01", "command": "pytest",
+        "recipe_config_hash": "0" * 16, "context_copy": {"gain": 0.1}, "scores": {"aime26": 0.0}})
+    assert "pytest" in (ship / "MODEL_CARD.md").read_text()
+    assert card["sha256"] == shipped.sha256(ship / "model.safetensors")
+    over = [f"output_dir={tmp_path / 'out'}", "pretrain.source=shipped", f"pretrain.shipped_dir={ship}"]
+    shipped_cfg = load_config("smoke", over)
+    path = build_base(shipped_cfg, evaluate=False)
+    info = json.loads((tmp_path / "out" / "smoke" / "seed0" / "base" / "base.json").read_text())
+    assert info["built_here"] is False and info["card"]["sha256"] == card["sha256"]
+    assert shipped.sha256(tmp_path / "out" / "smoke" / "seed0" / "base" / "model" / "model.safetensors") == card["sha256"]
+    assert path == base_checkpoint(shipped_cfg)
+    # a shipped base does not depend on the worlds: changing them keeps it complete
+    from acl_lib.model import base_run
+
+    assert base_run(load_config("smoke", [*over, "worlds.seed=5"])).is_complete()
+    # another architecture than the shipped one: refused before anything is copied
+    with pytest.raises(ValueError, match="hidden_size"):
+        shipped.verify(load_config("smoke", [*over, "model.hidden_size=96"]))
+    # tampered weights: refused, naming the file
+    data = bytearray((ship / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (ship / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="model.safetensors has sha256"):
+        shipped.verify(shipped_cfg)
+    (ship / "card.json").unlink()
+    with pytest.raises(FileNotFoundError, match="model card"):
+        shipped.read_card(shipped_cfg)

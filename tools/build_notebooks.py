@@ -53,19 +53,24 @@ BASE_MD = """# 00 · Base model
 oracle and every consolidation starts from one *base checkpoint*. In the study that is **Qwen3-8B-Base**, used
 as released: with `profile = "paper"` this notebook records the hub id and scores it; it trains nothing.
 
-In the `mini` and `smoke` profiles it **builds the base here**, imitating a web-pretrained base that has seen
-text of every kind but never our benchmarks:
+The `mini` profile does the same with a **pretrained base shipped with the suite** (`acl_lib/data/mini_base/`,
+`pretrain.source: shipped`): built once by the suite's own recipe (`python benchmarks/build_mini_base.py`, about
+an hour on 2 CPU cores), committed with its model card. This notebook checks its sha256 against the card, copies
+it into the run store, shows the card and scores it. The recipe, which `--set pretrain.source=pretrain` re-runs
+here from scratch (as a user who wants another base would):
 1. a corpus of chat-rendered transcripts of a *noisy* scripted expert on the four training worlds' train
-   splits (a fraction `pretrain.noise` of assistant turns corrupted) plus the search world's documents
-   (`acl_lib/corpus.py`); nothing from test tasks or OOD domains;
+   splits (a fraction `pretrain.noise` of assistant turns corrupted) plus the search world's documents, drawn
+   from worlds built with **other seeds** than the evaluated one (`pretrain.world_seeds`): the base learns the
+   formats and how to read, not the facts of the worlds it is tested on (`acl_lib/corpus.py`);
 2. a byte-level BPE tokenizer trained on it, with the Qwen3 chat convention (`<|im_start|>`, `<|im_end|>`,
    `<tool_call>`, `<tool_response>`, `<think>`) and the response template TRL parses tool calls with;
-3. a small Qwen3-architecture model sized by `cfg.model`, pretrained with a causal-LM loss (HF `Trainer`,
-   through the launcher: in-process here, DeepSpeed when `launcher.mode` says so);
-4. the base scored on the whole suite (`metrics.json`).
+3. a small Qwen3-architecture model sized by `cfg.model`, pretrained in two phases (HF `Trainer`, through the
+   launcher): a *copy warm-up* on synthetic induction blocks, where the model forms an induction head (it learns
+   to copy from its context, which the search and e-commerce worlds need), then the corpus with a share of copy
+   blocks mixed in. The context-copy gain is logged as it trains.
 
-Output: `outputs/<profile>/seed<k>/base/` with `model/`, `init/`, `base.json`, `train_log.jsonl`,
-`metrics.json`, `records/`. A complete run with the same `model` / `pretrain` / `worlds` config is skipped.
+The `smoke` profile builds a tiny base in seconds with the same code. The base is scored on the whole suite by
+its own run, `base/eval` (`metrics.json`, `records/`).
 
 ```bash
 papermill notebooks/00_base_model.ipynb papermill_runs/mini/seed0/00_base_model.ipynb -p profile mini -p seed 0
@@ -83,7 +88,12 @@ def base_notebook() -> nbformat.NotebookNode:
         _params(),
         _setup(),
         new_code_cell("from acl_lib.model import build_base\n\nbase = build_base(cfg)  # a hub id (paper) or outputs/<profile>/seed<k>/base/model\nprint((cfg.seed_dir() / 'base' / 'base.json').read_text())"),
-        new_code_cell("# Pretraining loss of the base (mini, smoke)\nreport.training_curves(cfg.seed_dir() / 'base')"),
+        new_code_cell(
+            "# The shipped base's model card (mini), or the pretraining curves of a base built here\n"
+            "from IPython.display import Markdown\n\n"
+            "card = cfg.seed_dir() / 'base' / 'model' / 'MODEL_CARD.md'\n"
+            "Markdown(card.read_text()) if card.exists() else report.training_curves(cfg.seed_dir() / 'base')"
+        ),
         new_code_cell(
             "# The base's scores on the whole suite, beside the study's base (Qwen3-8B-Base)\n"
             "scores = report.load_scores(cfg.seed_dir(), ['base'])\n"
@@ -102,10 +112,12 @@ def stage_notebook(index: int) -> nbformat.NotebookNode:
         f"# {index:02d} · Sequential stage {index} of the curriculum\n\n"
         f"The study trains Math -> Search -> E-commerce -> IF, each stage from the previous checkpoint. "
         f"This notebook runs stage {index} of `pipeline.curriculum` (in the study's order: **{study}**, "
-        f"producing `seq_{study}`). Math and IF run GRPO with their verifiable rewards; Search and "
-        "E-commerce first run a rejection-sampled SFT cold start, then GRPO with multi-turn tool use "
-        "(tool and user output masked out of the loss). The checkpoint is then scored on the whole suite "
-        "(in-domain and OOD) and its scores land in `metrics.json` beside it.\n\n" + _cmd(name)
+        f"producing `seq_{study}`). In the study's recipe Math and IF run GRPO with their verifiable rewards, "
+        "Search and E-commerce first a rejection-sampled SFT cold start, then GRPO with multi-turn tool use "
+        "(tool and user output masked out of the loss); `pipeline.cold_start` says which domains cold-start "
+        "(the mini profile cold-starts all four). The checkpoint is then scored on the whole suite "
+        "(in-domain and OOD) by an evaluation run of its own, `seq_<domain>/eval/metrics.json`: changing an "
+        "`eval` setting re-runs the evaluation only, never the training.\n\n" + _cmd(name)
     )
     nb = new_notebook()
     nb.cells = [

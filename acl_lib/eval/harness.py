@@ -245,6 +245,14 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
         log.warning("k=%d with temperature 0 repeats the same greedy sample; using k=1", k)
         k = 1
     benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(suites)
+    if policy is None and model not in ("expert", "null"):
+        import torch
+
+        from acl_lib.seeding import seed_everything
+
+        # The same samples whatever ran before in this process (a notebook trains first, then evaluates).
+        seed_everything(cfg.seed)
+        torch.set_num_threads(cfg.torch_threads)
     policy = policy or make_policy(model, cfg)
     out = Path(out_dir)
     (out / "records").mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,17 @@ BASE_SECTIONS = ("model", "pretrain", "worlds")
 
 
 def base_run(cfg):
-    """The run-store handle of the base checkpoint (``outputs/<profile>/seed<k>/base``)."""
+    """The run-store handle of the base checkpoint (``outputs/<profile>/seed<k>/base``).
+
+    A shipped base (``pretrain.source: shipped``) depends on the ``model`` section and the checkpoint's
+    sha256 only: its recipe ran once, elsewhere, and no world setting changes it."""
     from acl_lib.runs import Run
 
+    if cfg.pretrain.enabled and cfg.pretrain.source == "shipped" and not cfg.model.base_model:
+        from acl_lib.model.shipped import read_card
+
+        card = read_card(cfg)
+        return Run(cfg, "base", sections=("model",), extra={"shipped_sha256": card["sha256"]})
     return Run(cfg, "base", sections=BASE_SECTIONS)
 
 _EXPORTS = {

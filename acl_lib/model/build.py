@@ -191,7 +191,9 @@ def build_base(cfg: Config, evaluate: bool = True) -> str:
 
     - ``model.base_model`` set (paper): record the hub id / path in ``base/base.json``; nothing is
       trained or downloaded.
-    - otherwise (smoke, mini): train the tokenizer on ``base_corpus(cfg)``, build the Qwen3 model, save
+    - ``pretrain.source: shipped`` (mini): check the shipped base against its model card (sha256,
+      architecture), copy it to ``base/model/`` and record the card in ``base/base.json``.
+    - otherwise (smoke, or mini with ``pretrain.source=pretrain``): train the tokenizer on ``base_corpus(cfg)``, build the Qwen3 model, save
       both to ``base/model/`` (written atomically, so it never looks complete half-written), and record
       timings, sizes and corpus stats in ``base/base.json``.
 
@@ -210,7 +212,22 @@ def build_base(cfg: Config, evaluate: bool = True) -> str:
         if cfg.model.base_model:
             run.write_json("base.json", {"base_model": cfg.model.base_model, "built_here": False})
             return
-        torch.manual_seed(cfg.seed)
+        if cfg.pretrain.source == "shipped":
+            import shutil
+
+            from acl_lib.model.shipped import shipped_dir, verify
+
+            card = verify(cfg)
+            with run.atomic_dir("model") as tmp:
+                shutil.copytree(shipped_dir(cfg), tmp, dirs_exist_ok=True)
+            run.write_json("base.json", {"base_model": base_checkpoint(cfg), "built_here": False,
+                                         "shipped_from": str(shipped_dir(cfg)), "card": card})
+            run.logger.info("base: the shipped checkpoint %s (sha256 %s, checked)", shipped_dir(cfg), card["sha256"])
+            return
+        from acl_lib.seeding import seed_everything
+
+        seed_everything(cfg.seed)
+        torch.set_num_threads(cfg.torch_threads)
         t0 = time.perf_counter()
         corpus, sources = corpus_with_counts(cfg)
         t1 = time.perf_counter()

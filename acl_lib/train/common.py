@@ -246,3 +246,12 @@ def write_summary(trainer, out_dir, summary: dict) -> dict:
 
         write_json(Path(out_dir) / TRAIN_SUMMARY, summary)
     return summary
+
+
+def write_summary_main(summary: dict, out_dir) -> dict:
+    """Write ``<out_dir>/train_summary.json`` from the main process (no trainer at hand) and return it."""
+    if is_main_process():
+        from acl_lib.atomic import write_json
+
+        write_json(Path(out_dir) / TRAIN_SUMMARY, summary)
+    return summary

@@ -1,30 +1,45 @@
-"""Causal-LM pretraining of the small base model on a text corpus (HF ``Trainer``).
+"""Causal-LM pretraining of the small base model (HF ``Trainer``), in up to two phases.
 
     summary = train_pretrain(cfg, model_dir, corpus, out_dir)   # model_dir: the freshly built base
 
-The corpus (a list of documents, or a ``.jsonl`` file of ``{"text": ...}`` lines) is tokenized, the documents
-are joined with the pad token ``<|endoftext|>`` as document separator (Qwen's convention) and cut into
-``cfg.pretrain.seq_len``-token blocks (the tail shorter than a block is dropped). Settings from
-``cfg.pretrain``: ``max_steps``, ``batch_size`` (blocks per optimizer step, all processes together),
-``learning_rate`` (cosine decay after ``warmup_steps``).
+1. **Copy warm-up** (``pretrain.copy_warmup_steps`` > 0): synthetic induction blocks (random token segments,
+   each repeated; ``acl_lib.model.copying.induction_blocks``) at ``copy_warmup_batch`` x
+   ``copy_warmup_seq_len``, constant ``copy_warmup_lr``. Small models form an induction head (in-context
+   copying) only under such a batch shape and data, and the tool worlds need one (docs/mini-calibration.md).
+2. **Corpus**: the documents (a list, or a ``.jsonl`` file of ``{"text": ...}`` lines) are tokenized, joined
+   with the pad token ``<|endoftext|>`` as document separator (Qwen's convention) and cut into
+   ``seq_len``-token blocks (the tail shorter than a block is dropped); a share ``copy_mix`` of synthetic
+   induction blocks is mixed in so the head is kept. ``max_steps`` x ``batch_size`` blocks, cosine decay
+   after ``warmup_steps``.
 
-Writes into ``out_dir``: ``train_log.jsonl`` (loss, learning rate, grad norm, wall time, tokens/s per
-step), ``train_summary.json``, ``checkpoints/checkpoint-N`` (resumed from after a crash), ``model/``.
+Every ``copy_eval_every`` steps the context-copy gain (``acl_lib.model.copying.copy_gain`` on word lists of
+the search world) is measured and logged beside the loss, so the formation of the head can be watched.
+
+Writes into ``out_dir``: ``train_log.jsonl`` (loss, learning rate, grad norm, wall time, tokens/s, copy gain
+per step; ``phase`` says which), ``train_summary.json``, ``checkpoints/checkpoint-N`` (resumed from after a
+crash), ``checkpoints/copy_warmup/`` (phase 1: its own log, checkpoints and model; not redone once written),
+``model/``.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import time
 from pathlib import Path
 
 from acl_lib.train import common
 
+WARMUP_DIR = "checkpoints/copy_warmup"
+
 
 def read_corpus(corpus: list[str] | str | Path) -> list[str]:
     """Documents from a list, or from a ``.jsonl`` file with a ``text`` field per line."""
     if isinstance(corpus, (str, Path)):
-        lines = Path(corpus).read_text().splitlines()
+        path = Path(corpus)
+        if not path.is_file():
+            raise FileNotFoundError(f"pretraining corpus file not found: {path}")
+        lines = path.read_text().splitlines()
         return [json.loads(line)["text"] for line in lines if line.strip()]
     return list(corpus)
 
@@ -45,29 +60,92 @@ def pack_corpus(texts: list[str], tokenizer, seq_len: int) -> list[list[int]]:
     return [stream[i * seq_len:(i + 1) * seq_len] for i in range(n)]
 
 
-def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, out_dir: str | Path) -> dict:
-    """Pretrain the model in ``model_dir`` on ``corpus`` into ``<out_dir>/model``; returns the summary."""
+def copy_token_ids(tokenizer) -> list[int]:
+    """The ids synthetic copy blocks draw from: every token but the special ones."""
+    special = set(tokenizer.all_special_ids)
+    return [i for i in range(len(tokenizer)) if i not in special]
+
+
+def copy_gain_callback(cfg, tokenizer, every: int):
+    """A ``TrainerCallback`` that adds ``copy_gain`` (nats) to the log record every ``every`` steps."""
+    from transformers import TrainerCallback
+
+    from acl_lib.model.copying import copy_gain, world_word_lists
+
+    lists = world_word_lists(cfg, n=10)
+
+    class CopyGain(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, model=None, **kw):
+            if logs is None or model is None or not every or state.global_step % every:
+                return
+            was_training = model.training
+            model.eval()
+            logs["copy_gain"] = copy_gain(model, tokenizer, lists)["gain"]
+            model.train(was_training)
+
+    return CopyGain()
+
+
+def _train(cfg, model, tok, blocks, out_dir: Path, *, max_steps, batch_size, lr, warmup, scheduler, phase,
+           seq_len) -> tuple[object, dict]:
     from datasets import Dataset
     from transformers import Trainer, TrainingArguments, default_data_collator
 
-    common.set_threads(cfg)
     p = cfg.pretrain
-    model, tok = common.load_model_and_tokenizer(model_dir, cfg)
-    blocks = pack_corpus(read_corpus(corpus), tok, p.seq_len)
     # Every block is full, so labels are the inputs (the model shifts them) and nothing needs masking.
     data = Dataset.from_dict({"input_ids": blocks, "labels": blocks})
     args = TrainingArguments(**common.trainer_kwargs(
-        cfg, out_dir, max_steps=p.max_steps, batch_size=p.batch_size, learning_rate=p.learning_rate,
-        warmup_steps=p.warmup_steps, scheduler="cosine"))
-    log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, tokens_per_step=p.batch_size * p.seq_len,
-                                   extra={"job": "pretrain"})
+        cfg, out_dir, max_steps=max_steps, batch_size=batch_size, learning_rate=lr, warmup_steps=warmup,
+        scheduler=scheduler))
+    # The copy-gain callback runs before the logger, so the gain lands in the same log record.
+    callbacks = [copy_gain_callback(cfg, tok, p.copy_eval_every)] if p.copy_eval_every else []
+    callbacks.append(common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, tokens_per_step=batch_size * seq_len,
+                                              extra={"job": "pretrain", "phase": phase}))
     trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=default_data_collator,
-                      processing_class=tok, callbacks=[log])
+                      processing_class=tok, callbacks=callbacks)
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=common.last_checkpoint(out_dir))
     wall = time.perf_counter() - t0
     common.save_final_model(trainer, tok, out_dir)
     summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="pretrain",
-                               blocks=len(blocks), seq_len=p.seq_len, corpus_tokens=len(blocks) * p.seq_len,
-                               **common.distributed_info(trainer))
-    return common.write_summary(trainer, out_dir, summary)
+                               phase=phase, blocks=len(blocks), seq_len=seq_len,
+                               tokens_seen=max_steps * batch_size * seq_len, **common.distributed_info(trainer))
+    gains = [r["copy_gain"] for r in common.read_log(Path(out_dir) / common.TRAIN_LOG) if "copy_gain" in r]
+    summary["last_copy_gain"] = gains[-1] if gains else None
+    return trainer, common.write_summary(trainer, out_dir, summary)
+
+
+def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, out_dir: str | Path) -> dict:
+    """Pretrain the model in ``model_dir`` (copy warm-up, then the corpus) into ``<out_dir>/model``; returns the
+    summary (with the warm-up's under ``copy_warmup``)."""
+    from acl_lib.model.copying import induction_blocks
+
+    common.set_threads(cfg)
+    p = cfg.pretrain
+    out_dir = Path(out_dir)
+    texts = read_corpus(corpus)
+    _, tok = common.load_model_and_tokenizer(model_dir, cfg)
+    warm_summary = None
+    start = Path(model_dir)
+    if p.copy_warmup_steps > 0:
+        warm_dir = out_dir / WARMUP_DIR
+        if not (warm_dir / "model").exists():  # finished before a restart: not redone
+            model, _ = common.load_model_and_tokenizer(model_dir, cfg)
+            blocks = induction_blocks(p.copy_warmup_steps * p.copy_warmup_batch, p.copy_warmup_seq_len,
+                                      copy_token_ids(tok), tok.pad_token_id, seed=cfg.seed)
+            _train(cfg, model, tok, blocks, warm_dir, max_steps=p.copy_warmup_steps, batch_size=p.copy_warmup_batch,
+                   lr=p.copy_warmup_lr, warmup=0, scheduler="constant", phase="copy_warmup",
+                   seq_len=p.copy_warmup_seq_len)
+        warm_summary = json.loads((warm_dir / common.TRAIN_SUMMARY).read_text())
+        start = warm_dir / "model"
+    model, _ = common.load_model_and_tokenizer(start, cfg)
+    blocks = pack_corpus(texts, tok, p.seq_len)
+    n_copy = int(round(len(blocks) * p.copy_mix / max(1e-9, 1 - p.copy_mix))) if p.copy_mix > 0 else 0
+    if n_copy:
+        blocks += induction_blocks(n_copy, p.seq_len, copy_token_ids(tok), tok.pad_token_id, seed=cfg.seed + 1)
+        random.Random(cfg.seed).shuffle(blocks)
+    _, summary = _train(cfg, model, tok, blocks, out_dir, max_steps=p.max_steps, batch_size=p.batch_size,
+                        lr=p.learning_rate, warmup=p.warmup_steps, scheduler="cosine", phase="corpus",
+                        seq_len=p.seq_len)
+    summary.update(copy_blocks=n_copy, copy_warmup=warm_summary)
+    return common.write_summary_main(summary, out_dir)

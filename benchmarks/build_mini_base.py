@@ -1,0 +1,102 @@
+"""Build the mini base with the suite's recipe and ship it (weights, tokenizer, model card) in the repository.
+
+    python benchmarks/build_mini_base.py            # build (about an hour on 2 cores; resumes), score, ship
+    python benchmarks/build_mini_base.py --no-ship  # build and score only
+
+Runs notebook 00's step with ``pretrain.source=pretrain`` for the mini profile, seed 0, into
+``outputs/base_build/`` (a run like any other: killed, it resumes from its last checkpoint), scores the result
+on the whole mini suite, measures its context-copy gain, and writes ``acl_lib/data/mini_base/`` (model files,
+``card.json``, ``MODEL_CARD.md``). The mini profile then loads that directory (``pretrain.source: shipped``),
+checking the weights' sha256 against the card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from datetime import date
+
+COMMAND = "python benchmarks/build_mini_base.py"
+RECIPE_SECTIONS = ("model", "pretrain", "worlds")
+
+
+def recipe_hash(cfg) -> str:
+    """Hash of what the recipe computes: model, pretrain and worlds sections, minus where the result goes."""
+    import hashlib
+
+    d = cfg.to_dict()
+    tree = {k: d[k] for k in RECIPE_SECTIONS}
+    for k in ("source", "shipped_dir"):
+        tree["pretrain"].pop(k, None)
+    return hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def machine() -> str:
+    import os
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPU cores ({cpu})"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-ship", action="store_true", help="build and score, do not write acl_lib/data/mini_base")
+    ap.add_argument("--output-dir", default="outputs/base_build")
+    args = ap.parse_args(argv)
+
+    from acl_lib.config import load_config
+    from acl_lib.eval.harness import evaluate
+    from acl_lib.model import base_run, build_base, load_model_and_tokenizer
+    from acl_lib.model.copying import copy_gain, world_word_lists
+    from acl_lib.model.shipped import shipped_dir, write_shipped
+    from acl_lib.train.common import read_log
+
+    cfg = load_config("mini", {"output_dir": args.output_dir, "pretrain.source": "pretrain"}, seed=0)
+    t0 = time.perf_counter()
+    model_dir = build_base(cfg, evaluate=False)
+    run = base_run(cfg)
+    print(f"base built in {run.path} ({time.perf_counter() - t0:.0f} s this call)", flush=True)
+    metrics = evaluate(cfg, model_dir, run.path / "eval", suites="all")
+    model, tok = load_model_and_tokenizer(model_dir)
+    gain = copy_gain(model.eval(), tok, world_word_lists(cfg))
+    info = json.loads((run.path / "base.json").read_text())
+    summary = json.loads((run.path / "train_summary.json").read_text())
+    warm = summary.get("copy_warmup") or {}
+    tokens = summary["tokens_seen"] + warm.get("tokens_seen", 0)
+    complete = json.loads((run.path / "COMPLETE.json").read_text())
+    card = {
+        "command": COMMAND,
+        "recipe_config_hash": recipe_hash(cfg),
+        "run_config_hash": complete["config_hash"],
+        "config": {k: cfg.to_dict()[k] for k in RECIPE_SECTIONS},
+        "parameters": info["parameters"],
+        "vocab_size": info["vocab_size"],
+        "corpus_tokens": info["corpus_tokens"],
+        "tokens_seen": tokens,
+        "wall_s": round(complete["duration_s"], 1),
+        "machine": machine(),
+        "built_at": date.today().isoformat(),
+        "context_copy": gain,
+        "copy_gain_during_training": [
+            {"phase": r["phase"], "step": r["step"], "copy_gain": r["copy_gain"]}
+            for log in (run.path / "checkpoints" / "copy_warmup" / "train_log.jsonl", run.path / "train_log.jsonl")
+            for r in read_log(log) if "copy_gain" in r],
+        "scores": metrics["scores"],
+    }
+    print("context-copy gain", gain, "scores", metrics["scores"], flush=True)
+    if not args.no_ship:
+        card = write_shipped(run.path / "model", shipped_dir(cfg), card)
+        print(f"shipped to {shipped_dir(cfg)} (sha256 {card['sha256']})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
