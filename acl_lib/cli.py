@@ -3,18 +3,21 @@
     acl run    --profile mini --seeds 0 1 2 [--only 00 03] [--set key=value ...]   execute the notebooks
     acl status --profile mini [--seeds 0 1 2]                                       runs and executed notebooks
     acl config --profile mini [--set key=value ...] [--seed 0]                      the resolved config as YAML
-    acl eval   --model DIR --profile mini [--suites all] [--k 4] [--out DIR]        score a checkpoint
+    acl eval   --model DIR --profile mini [--suites all] [--k 4] [--out DIR]        score a checkpoint (default --out:
+                                                                                    outputs/eval/<name>-<time>/)
     acl env retail replay --db DB.json --tasks TASKS.json --out OUT.jsonl           replay retail gold actions
     acl nbstrip [NOTEBOOK ...] [--check]                                            strip outputs before commit
 
 Only argparse and the standard library are imported at module level: every heavy import (papermill,
 pydantic, torch) happens inside the command that needs it, so ``--help`` answers instantly.
-Exit codes: 0 ok, 1 a notebook or command failed, 2 bad usage or configuration (before any compute).
+Exit codes: 0 ok, 1 a notebook or command failed, 2 bad usage or configuration, an output location that cannot be
+written, or an output directory in use by another ``acl run`` (all found before any compute), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -99,13 +102,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "eval",
         help="evaluate a checkpoint on the benchmark suite",
-        description="Score a checkpoint on the in-domain and/or OOD benchmarks; writes metrics.json under --out.",
+        description="Score a checkpoint on the in-domain and/or OOD benchmarks; writes metrics.json and records/ "
+        "to a directory of its own (--out), never into a run of the run store: the pipeline's own evaluations are "
+        "the runs <run>/eval/.",
     )
     p.add_argument("--model", required=True, metavar="DIR", help="checkpoint directory (HF format) to evaluate")
     _add_profile(p, default="mini")
     p.add_argument("--suites", choices=["in_domain", "ood", "all"], default=None, help="benchmarks to run (default: the config's eval.suites)")
     p.add_argument("--k", type=int, default=None, help="samples per task, avg@k (default: the config's eval.k)")
-    p.add_argument("--out", metavar="DIR", default=None, help="where metrics.json and rollouts go (default: <model>/eval)")
+    p.add_argument(
+        "--out", metavar="DIR", default=None,
+        help="where metrics.json, records/ and eval_config.yaml go, written together (a temporary directory renamed "
+        "into place); an earlier acl eval output there is replaced. Refused inside a run directory of the run store. "
+        "Default: <output_dir>/eval/<run or model name>-<UTC time>/, e.g. outputs/eval/seq_math-20250101T120000Z/",
+    )
     _add_set(p)
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     p.set_defaults(func=cmd_eval)
@@ -184,12 +194,56 @@ def _fmt_s(seconds: float | None) -> str:
 # --- commands -----------------------------------------------------------------------------------------------
 
 
+def _writable_dir(path: Path, what: str) -> str | None:
+    """Create ``path`` (and parents) and write a file in it; why that failed, or None. Run before any
+    notebook starts, so a read-only or impossible location fails in a second, not after a kernel started."""
+    import tempfile
+
+    for d in (path, *path.parents):
+        if d.exists():
+            if not d.is_dir():
+                return f"{what} {path}: {d} is a file, not a directory"
+            break
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        return f"{what} {path}: cannot write there ({exc.strerror or exc})"
+    return None
+
+
+def _hold_run_locks(cfgs: dict, profile: str, stack) -> str | None:
+    """Take the ``acl run`` lock of every seed's output directory (``<seed_dir>/.locks/acl-run.lock``) for the
+    whole command; a message naming the process that holds one, or None. Two ``acl run`` on one output
+    directory would train the same runs at once and overwrite each other's executed notebooks."""
+    from acl_lib.runs import LOCKS, Busy, hold_lock
+
+    for seed, cfg in cfgs.items():
+        lock = cfg.seed_dir() / LOCKS / "acl-run.lock"
+        try:
+            stack.enter_context(hold_lock(lock, {"command": " ".join(["acl", *sys.argv[1:]])[:500]}))
+        except Busy as exc:
+            h = exc.holder
+            who = f"pid {h.get('pid')} on {h.get('host')}" if h.get("pid") else "another process"
+            return (f"{cfg.seed_dir()} (profile {profile}, seed {seed}) is in use by another acl run ({who}, since "
+                    f"{h.get('started_at', '?')}: {h.get('command', '?')}). Two runs on one output directory would "
+                    f"train the same runs at once; wait for it to finish, stop it, or give another --output-dir.")
+    return None
+
+
 def cmd_run(args) -> int:
+    from contextlib import ExitStack
+
     from acl_lib import notebooks as nbs
 
     overrides = list(args.overrides) + _dir_overrides(args)
     # Validate every seed's config before any notebook starts: a typo fails here, in seconds.
     cfgs = {seed: _load(args.profile, overrides, seed) for seed in args.seeds}
+    nb_dir = Path(args.notebooks_dir)
+    if not nb_dir.is_dir():
+        _err(f"--notebooks-dir {nb_dir}: no such directory")
+        return EXIT_USAGE
     try:
         notebooks = nbs.list_notebooks(args.notebooks_dir, args.only)
     except ValueError as exc:
@@ -198,7 +252,22 @@ def cmd_run(args) -> int:
     if not notebooks:
         _err(f"no notebooks named NN_name.ipynb in {args.notebooks_dir}")
         return EXIT_USAGE
+    for seed, cfg in cfgs.items():
+        problem = _writable_dir(cfg.seed_dir(), "--output-dir") or _writable_dir(
+            Path(cfg.papermill_dir) / args.profile / f"seed{seed}", "--papermill-dir")
+        if problem:
+            _err(problem)
+            return EXIT_USAGE
+    with ExitStack() as locks:
+        problem = _hold_run_locks(cfgs, args.profile, locks)
+        if problem:
+            _err(problem)
+            return EXIT_USAGE
+        return _run_notebooks(args, cfgs, notebooks, overrides)
 
+
+def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]) -> int:
+    from acl_lib import notebooks as nbs
     from tqdm.auto import tqdm
 
     jobs = [(seed, nb) for seed in args.seeds for nb in notebooks]
@@ -233,6 +302,14 @@ def cmd_status(args) -> int:
     from acl_lib.runs import CONFIG, COMPLETE, SUPERSEDED, _read_json, disk_status
 
     base = _load(args.profile, _dir_overrides(args), None)
+    for what, d in (("--notebooks-dir", Path(args.notebooks_dir)), ("--output-dir", Path(base.output_dir)),
+                    ("--papermill-dir", Path(base.papermill_dir))):
+        if d.exists() and not d.is_dir():
+            _err(f"{what} {d}: a file, not a directory")
+            return EXIT_USAGE
+    if not Path(args.notebooks_dir).is_dir():
+        _err(f"--notebooks-dir {args.notebooks_dir}: no such directory")
+        return EXIT_USAGE
     out_root = Path(base.output_dir) / args.profile
     pm_root = Path(base.papermill_dir) / args.profile
     seeds = args.seeds
@@ -309,6 +386,20 @@ def cmd_nbstrip(args) -> int:
     from acl_lib import notebooks as nbs
 
     paths = [Path(p) for p in args.paths] or sorted(Path("notebooks").glob("*.ipynb"))
+    for p in paths:
+        problem = None
+        if not p.is_file():
+            problem = "no such file" if not p.exists() else "not a file"
+        else:
+            try:
+                nb = json.loads(p.read_text())
+                if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+                    problem = "not a notebook (no cells)"
+            except (OSError, ValueError) as exc:
+                problem = f"not a notebook ({type(exc).__name__}: {str(exc)[:120]})"
+        if problem:
+            _err(f"nbstrip {p}: {problem}; nothing was changed")
+            return EXIT_USAGE
     dirty = []
     for p in paths:
         if args.check:

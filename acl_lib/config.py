@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -26,8 +27,47 @@ class ConfigError(ValueError):
     """A bad configuration: raised before any compute."""
 
 
+def _strict(ann: Any, v: Any) -> Any:
+    """``v`` checked against the plain type ``ann`` with no lenient conversions: a bool is not a number and a
+    number is not a bool (pydantic's lax mode turns ``eval.k=true`` into 1); floats must be finite. Numeric
+    strings stay accepted for floats, because YAML 1.1 reads ``2e-5`` as a string. Lists and dicts are checked
+    item by item; other types (sections, ``Literal``) are left to pydantic."""
+    origin = get_origin(ann)
+    if origin is list and isinstance(v, list):
+        (item,) = get_args(ann) or (Any,)
+        return [_strict(item, x) for x in v]
+    if origin is dict and isinstance(v, dict):
+        _, item = get_args(ann) or (Any, Any)
+        return {k: _strict(item, x) for k, x in v.items()}
+    if origin is Literal:
+        if isinstance(v, bool) and not any(isinstance(a, bool) for a in get_args(ann)):
+            raise ValueError(f"must be one of {list(get_args(ann))}")
+    elif ann is bool:
+        if not isinstance(v, bool):
+            raise ValueError("must be true or false")
+    elif ann is int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError("must be an integer")
+    elif ann is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise ValueError("must be a number")
+        try:
+            x = float(v)
+        except ValueError:
+            raise ValueError("must be a number") from None
+        if not math.isfinite(x):
+            raise ValueError("must be a finite number")
+        return x
+    return v
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_lenient_types(cls, v: Any, info) -> Any:
+        return _strict(cls.model_fields[info.field_name].annotation, v)
 
 
 class ModelConfig(_Section):
@@ -183,6 +223,11 @@ class PipelineConfig(_Section):
             raise ValueError(f"unknown stage(s) {bad}; stages are {list(DOMAINS)}")
         if len(set(v)) != len(v):
             raise ValueError(f"curriculum repeats a stage: {v}")
+        if len(v) != len(DOMAINS):
+            # notebooks 01-04 run stages 1-4 and 05 trains one oracle per stage: a shorter list would fail
+            # minutes later, after the base is built
+            raise ValueError(f"the curriculum must order all {len(DOMAINS)} stages {list(DOMAINS)} (notebooks 01-04 "
+                             f"run stages 1-4), got {v}")
         return v
 
     @field_validator("stage_overrides")
@@ -196,6 +241,8 @@ class PipelineConfig(_Section):
                 key = parse_override(item)[0]
                 if key.startswith("pipeline."):
                     raise ValueError(f"stage override '{item}' for {d}: a stage cannot change the pipeline")
+                if key in ("profile", "seed", "output_dir", "papermill_dir"):
+                    raise ValueError(f"stage override '{item}' for {d}: a stage cannot change where runs are stored")
         return v
 
     @field_validator("cold_start")
@@ -271,7 +318,8 @@ class Config(_Section):
         try:
             return Config.model_validate(tree)
         except ValidationError as exc:
-            raise ConfigError(f"invalid stage override for {domain}: {exc}") from None
+            raise ConfigError(f"invalid stage override for {domain} (pipeline.stage_overrides.{domain}):\n"
+                              + _format_errors(exc)) from None
 
     def hash(self, *sections: str) -> str:
         """Short stable hash of the whole config, or only of the named sections (what a run depends on)."""
@@ -352,18 +400,44 @@ def _flatten(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def parse_override(item: str) -> tuple[str, Any]:
-    """``"a.b=3"`` -> ``("a.b", 3)``; the value is parsed as YAML."""
-    if "=" not in item:
-        raise ConfigError(f"override '{item}' is not of the form key=value")
+    """``"a.b=3"`` -> ``("a.b", 3)``; the value is parsed as YAML (a value that is not valid YAML is an error,
+    not kept as text: ``model.base_model={`` is a typo, ``model.base_model='{'`` is the text)."""
+    if not isinstance(item, str) or "=" not in item:
+        raise ConfigError(f"override {item!r} is not of the form key=value")
     key, raw = item.split("=", 1)
     key = key.strip()
     if not key:
         raise ConfigError(f"override '{item}' has an empty key")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"override '{item}': the value of {key} is not valid YAML ({problem}); "
+                          f"quote it to pass it as text: {key}='...'") from None
     return key, value
+
+
+def _format_errors(exc: ValidationError) -> str:
+    """One line per error, naming the key; the offending value only when it is short (never a whole section)."""
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"]
+        if isinstance(err.get("ctx", {}).get("error"), ConfigError):
+            msg = str(err["ctx"]["error"])  # a ConfigError raised inside a validator says everything itself
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        got = err.get("input")
+        shown = "" if (isinstance(got, (dict, list)) and len(repr(got)) > 80) or repr(got) in msg else f" (got {got!r})"
+        lines.append(f"  {key}: {msg}{shown}" if key else "  " + msg.replace("\n", "\n  "))
+    return "\n".join(lines)
+
+
+# Chosen by their own arguments, never by --set: a --set value would be overwritten (seed) or would write
+# one profile's runs under another profile's name (profile).
+_NOT_OVERRIDABLE = {
+    "profile": "the profile is chosen with --profile (or the notebook's `profile` parameter), not --set profile=...",
+}
 
 
 def load_config(
@@ -381,16 +455,17 @@ def load_config(
     for key, value in _flatten(raw):
         _set_dotted(tree, key, value, f"profile {profile}.yaml")
     tree["profile"] = profile
-    items = overrides.items() if isinstance(overrides, dict) else (parse_override(o) for o in (overrides or []))
+    items = overrides.items() if isinstance(overrides, dict) else [parse_override(o) for o in (overrides or [])]
     for key, value in items:
+        if key in _NOT_OVERRIDABLE:
+            raise ConfigError(f"{key} cannot be set with {source}: {_NOT_OVERRIDABLE[key]}")
+        if key == "seed" and seed is not None and value != seed:
+            raise ConfigError(f"seed={value!r} (from {source}) contradicts the seed argument {seed}: the seed is "
+                              f"chosen with --seed / --seeds (or the notebook's `seed` parameter)")
         _set_dotted(tree, key, value, source)
     if seed is not None:
         tree["seed"] = seed
     try:
         return Config.model_validate(tree)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"])
-            lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
-        raise ConfigError(f"invalid config for profile '{profile}':\n" + "\n".join(lines)) from None
+        raise ConfigError(f"invalid config for profile '{profile}':\n" + _format_errors(exc)) from None

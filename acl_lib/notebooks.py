@@ -28,6 +28,7 @@ NAME_RE = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
 # _prefer_own_kernels), i.e. the venv's python when `acl run` is the venv's.
 KERNEL_NAME = "python3"
 REQUIRED_PARAMETERS = ("profile", "seed", "overrides")
+KERNEL_LOG_LEVEL = "CRITICAL"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -96,7 +97,20 @@ def execute(
             kernel_name=kernel_name,
             progress_bar=progress_bar,
             cwd=str(cwd) if cwd is not None else None,
+            # The kernel's own log goes to our stderr. On Ctrl-C papermill shuts the kernel down while a cell
+            # runs, and the kernel then logs a ZMQError traceback that says nothing about the notebook; cell
+            # errors reach us as messages, not through this log.
+            extra_arguments=[f"--IPKernelApp.log_level={KERNEL_LOG_LEVEL}"],
         )
+    except KeyboardInterrupt:
+        # papermill records an end time on its way out, so the copy would read as done: mark it interrupted
+        _mark_interrupted(output)
+        # nbclient's cell task may end with "Kernel died" after the interrupt; asyncio would log that as a
+        # "Task exception was never retrieved" traceback when the task is collected
+        import logging
+
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        raise
     except PapermillExecutionError as exc:
         error = _ANSI.sub("", "\n".join(exc.traceback)) or f"{exc.ename}: {exc.evalue}"
         raise NotebookFailed(output, exc.cell_index, exc.source, error) from None
@@ -120,6 +134,22 @@ def _prefer_own_kernels() -> None:
         os.environ["JUPYTER_PATH"] = os.pathsep.join([own] + [p for p in paths if p != own])
 
 
+def _mark_interrupted(executed: Path) -> None:
+    """Record in an executed copy's metadata that its execution was interrupted (``acl status``: interrupted)."""
+    from datetime import datetime, timezone
+
+    from acl_lib.atomic import atomic_write_text
+
+    try:
+        nb = json.loads(Path(executed).read_text())
+        meta = nb.setdefault("metadata", {})
+        meta.setdefault("papermill", {})["exception"] = True
+        meta["acl"] = {"interrupted": True, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        atomic_write_text(executed, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    except (OSError, ValueError, AttributeError):
+        pass  # no readable copy yet: notebook_state reports "not run" or "incomplete", never "done"
+
+
 def _last_started_cell(executed: Path) -> tuple[int | None, str]:
     try:
         nb = json.loads(Path(executed).read_text())
@@ -133,17 +163,22 @@ def _last_started_cell(executed: Path) -> tuple[int | None, str]:
 
 
 def notebook_state(executed: str | Path) -> tuple[str, float | None]:
-    """State of an executed copy: ``("done" | "failed" | "incomplete" | "not run", duration in s or None)``.
+    """State of an executed copy: ``("done" | "failed" | "interrupted" | "incomplete" | "not run", duration in s
+    or None)``.
 
     Read from papermill's metadata: it writes ``exception`` and ``end_time`` when execution ends, so a copy
-    without ``end_time`` is one whose execution was interrupted (or is still going).
+    without ``end_time`` is one whose execution was killed (or is still going). ``acl run`` marks a copy it
+    stopped on Ctrl-C as interrupted (``metadata.acl.interrupted``): papermill gives it an end time too.
     """
     try:
-        meta = json.loads(Path(executed).read_text()).get("metadata", {}).get("papermill", {})
+        top = json.loads(Path(executed).read_text()).get("metadata", {})
+        meta = top.get("papermill", {})
     except FileNotFoundError:
         return "not run", None
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return "incomplete", None
+    if (top.get("acl") or {}).get("interrupted"):
+        return "interrupted", meta.get("duration")
     if meta.get("exception"):
         return "failed", meta.get("duration")
     if not meta.get("end_time"):
@@ -167,7 +202,7 @@ def strip_outputs(path: str | Path) -> bool:
             cell.execution_count = None
         for key in ("papermill", "execution", "collapsed", "scrolled"):
             cell.metadata.pop(key, None)
-    for key in ("papermill", "widgets"):
+    for key in ("papermill", "widgets", "acl"):
         nb.metadata.pop(key, None)
     after = nbformat.writes(nb) + "\n"
     if json.loads(after) != json.loads(before):  # formatting-only differences are left alone

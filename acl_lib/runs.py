@@ -27,11 +27,15 @@ Semantics (DESIGN.md section 7):
 * **Interrupted** (SIGKILL, OOM, power loss): ``RUNNING.json`` stays behind with a pid that no longer exists;
   ``status()`` reports ``"failed"``. Starting again clears partial outputs but keeps ``checkpoints/`` (if it
   was written under the same config hash) so trainers resume.
+* **One process per run**: ``start()`` holds the run's lock (``<seed_dir>/.locks/<name>.lock``, an ``flock``
+  the operating system releases when the process ends, however it ends) from its status check to the end, so
+  a second process starting the same run fails at once, before any compute, naming the holder's pid.
 * Outputs that must never look complete while half-written go through ``atomic_dir`` / ``write_json``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -42,7 +46,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -59,6 +63,7 @@ CONFIG = "config.yaml"
 LOG = "run.log"
 CHECKPOINTS = "checkpoints"
 SUPERSEDED = ".superseded"
+LOCKS = ".locks"  # <seed_dir>/.locks/<run>.lock: held (flock) by the process running <run>
 _CKPT_HASH = ".config_hash"  # inside checkpoints/: which config the checkpoints were written under
 _KEEP_ON_RESTART = {LOG, CHECKPOINTS}
 
@@ -113,6 +118,40 @@ def disk_status(path: Path) -> str:
     if (path / FAILED).exists() or (path / RUNNING).exists():
         return "failed"
     return "missing"
+
+
+class Busy(RuntimeError):
+    """Another live process holds a lock (``hold_lock``); ``holder`` is what it wrote there (pid, host, ...)."""
+
+    def __init__(self, lock: Path, holder: dict):
+        self.lock, self.holder = lock, holder
+        who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder.get("pid") else "another process"
+        super().__init__(f"{lock} is held by {who} since {holder.get('started_at', '?')}")
+
+
+@contextmanager
+def hold_lock(path: str | os.PathLike, info: dict | None = None) -> Iterator[dict]:
+    """Hold an exclusive lock on ``path`` (created if missing) for the body, or raise ``Busy`` at once.
+
+    The lock is an ``flock`` on the open file: the operating system drops it when its process ends in any way
+    (exception, Ctrl-C, SIGKILL, OOM), so a lock is never left behind, unlike a marker file. The holder writes
+    ``info`` plus its pid, host and start time into the file for the message of the process that is refused.
+    Locks are per open file, so a second ``hold_lock`` on the same path in the same process is refused too.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Busy(path, _read_json(path) or {}) from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": _now(), **(info or {})}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        yield holder
+    finally:
+        os.close(fd)  # releases the lock; the file stays (removing it would race with the next holder)
 
 
 class Run:
@@ -194,7 +233,29 @@ class Run:
     @contextmanager
     def start(self) -> Iterator[Run]:
         """Run the body as this run: markers, config.yaml, run.log; COMPLETE.json on success, FAILED.json on
-        an exception (re-raised). Starting a complete or stale run moves the old one to ``.superseded/``."""
+        an exception (re-raised). Starting a complete or stale run moves the old one to ``.superseded/``.
+
+        The run's lock (``<seed_dir>/.locks/<name>.lock``, see ``hold_lock``) is held from before the status
+        check to the end, so of two processes starting one run at once the second fails at once, before any
+        compute, with a ``RuntimeError`` naming the run and the process that holds it."""
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(hold_lock(self.lock_path(), {"run": self.name}))
+            except Busy as exc:
+                h = exc.holder
+                raise RuntimeError(
+                    f"run {self.name} is already running (pid {h.get('pid')} on {h.get('host')}, since "
+                    f"{h.get('started_at')}): one run cannot be started twice at once; wait for that process or stop it"
+                ) from None
+            with self._start() as run:
+                yield run
+
+    def lock_path(self) -> Path:
+        """``<seed_dir>/.locks/<name>.lock``: outside the run directory, which a restart may move or clear."""
+        return self.cfg.seed_dir() / LOCKS / (self.name.replace("/", "__") + ".lock")
+
+    @contextmanager
+    def _start(self) -> Iterator[Run]:
         status = self.status()
         if status == "running":
             info = _read_json(self.path / RUNNING) or {}

@@ -18,8 +18,6 @@ from __future__ import annotations
 import os
 import random
 
-import numpy as np
-
 
 # Environment variables read by torch / MKL / oneDNN when they load: the AVX2 code path on any x86 processor.
 CPU_KERNEL_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -42,6 +40,8 @@ def seed_everything(seed: int) -> None:
     """
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    import numpy as np  # here, not at module level: acl_lib's import (and `acl --help`) stays light
+
     os.environ["PYTHONHASHSEED"] = str(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)  # NumPy's legacy global RNG takes 32-bit seeds

@@ -2,12 +2,18 @@
 
     python benchmarks/build_mini_base.py            # build (about an hour on 2 cores; resumes), score, ship
     python benchmarks/build_mini_base.py --no-ship  # build and score only
+    python benchmarks/build_mini_base.py --reuse-warmup DIR   # phase 1 taken from an earlier build
 
 Runs notebook 00's step with ``pretrain.source=pretrain`` for the mini profile, seed 0, into
 ``outputs/base_build/`` (a run like any other: killed, it resumes from its last checkpoint), scores the result
 on the whole mini suite, measures its context-copy gain, and writes ``acl_lib/data/mini_base/`` (model files,
 ``card.json``, ``MODEL_CARD.md``). The mini profile then loads that directory (``pretrain.source: shipped``),
 checking the weights' sha256 against the card.
+
+``--reuse-warmup DIR``: the copy warm-up (phase 1) depends only on the initialised model, the tokenizer and the
+``copy_warmup_*`` settings, so a build that changes only phase 2 may take the finished phase 1 of an earlier
+build (its ``checkpoints/copy_warmup``) instead of recomputing it. It is refused unless the earlier warm-up's
+tokenizer is byte-identical to this build's; the card records that it was reused.
 """
 
 from __future__ import annotations
@@ -47,11 +53,40 @@ def machine() -> str:
     return f"{os.cpu_count()} CPU cores ({cpu})"
 
 
+def reuse_warmup(src: str) -> None:
+    """Make ``train_pretrain`` start from the finished warm-up in ``src`` (checked: same tokenizer)."""
+    import shutil
+    from pathlib import Path
+
+    from acl_lib.train import pretrain
+
+    src_dir = Path(src)
+    if not (src_dir / "model" / "model.safetensors").is_file():
+        raise SystemExit(f"--reuse-warmup: no finished warm-up model in {src_dir}/model")
+    original = pretrain.train_pretrain
+
+    def train_pretrain(cfg, model_dir, corpus, out_dir):
+        ours = (Path(model_dir) / "tokenizer.json").read_bytes()
+        if (src_dir / "model" / "tokenizer.json").read_bytes() != ours:
+            raise SystemExit(f"--reuse-warmup: {src_dir} was built with another tokenizer (another corpus); refused")
+        dest = Path(out_dir) / pretrain.WARMUP_DIR
+        if not (dest / "model").exists():
+            shutil.copytree(src_dir, dest, dirs_exist_ok=True)
+            (dest / "REUSED_FROM").write_text(str(src_dir.resolve()) + "\n")
+        return original(cfg, model_dir, corpus, out_dir)
+
+    pretrain.train_pretrain = train_pretrain
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-ship", action="store_true", help="build and score, do not write acl_lib/data/mini_base")
     ap.add_argument("--output-dir", default="outputs/base_build")
+    ap.add_argument("--reuse-warmup", metavar="DIR", default=None,
+                    help="a finished checkpoints/copy_warmup of an earlier build with the same phase-1 settings")
     args = ap.parse_args(argv)
+    if args.reuse_warmup:
+        reuse_warmup(args.reuse_warmup)
 
     from acl_lib.config import load_config
     from acl_lib.eval.harness import evaluate
@@ -85,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         "wall_s": round(complete["duration_s"], 1),
         "machine": machine(),
         "built_at": date.today().isoformat(),
+        "copy_warmup_reused_from": args.reuse_warmup,
         "context_copy": gain,
         "copy_gain_during_training": [
             {"phase": r["phase"], "step": r["step"], "copy_gain": r["copy_gain"]}

@@ -50,11 +50,12 @@ def test_word_lists_are_deterministic():
     assert context_copy.word_lists(["a", "b", "c"], 3, 5, seed=1) == context_copy.word_lists(["a", "b", "c"], 3, 5, seed=1)
 
 
-def test_induction_blocks_repeat_each_segment_after_the_separator():
-    blocks = context_copy.induction_blocks(4, 64, list(range(10, 50)), sep=1, seed=3)
-    assert len(blocks) == 4 and all(len(b) == 64 for b in blocks)
+def test_induction_blocks_repeat_each_segment_with_no_marker():
+    ids = list(range(10, 1000))
+    blocks = context_copy.induction_blocks(4, 64, ids, seed=3)
+    assert len(blocks) == 4 and all(len(b) == 64 and set(b) <= set(ids) for b in blocks)
     seq = blocks[0]
-    cut = seq.index(1)
-    seg = seq[:cut]
-    assert 5 <= len(seg) <= 15 and seq[cut + 1:cut + 1 + len(seg)] == seg
-    assert context_copy.induction_blocks(4, 64, list(range(10, 50)), sep=1, seed=3) == blocks
+    # the first segment is followed at once by itself
+    n = next(n for n in range(5, 21) if seq[:n] == seq[n:2 * n])
+    assert 5 <= n <= 20
+    assert context_copy.induction_blocks(4, 64, ids, seed=3) == blocks

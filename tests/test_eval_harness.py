@@ -91,6 +91,16 @@ def test_prompts_beyond_the_context_end_the_episode_with_a_reason(smoke_cfg, tmp
     assert "context limit" in json.dumps(m["failures"])
 
 
-def test_default_out_dir_puts_metrics_beside_the_model(tmp_path):
-    (tmp_path / "seq_math" / "model").mkdir(parents=True)
-    assert default_out_dir(str(tmp_path / "seq_math" / "model")) == tmp_path / "seq_math"
+def test_default_out_dir_is_outside_the_run_store(tmp_path):
+    # `acl eval --model <run>/model` used to write into <run>/ (issue 11, defect 3): now a directory of its own
+    from acl_lib.eval.harness import run_dir_holding
+
+    run = tmp_path / "smoke" / "seed0" / "seq_math"
+    (run / "model").mkdir(parents=True)
+    (run / "COMPLETE.json").write_text("{}")
+    out = default_out_dir(str(run / "model"), tmp_path, now=0)
+    assert out == tmp_path / "eval" / "seq_math-19700101T000000Z"
+    assert run_dir_holding(out) is None and run_dir_holding(run / "eval") == run
+    out.mkdir(parents=True)
+    assert default_out_dir(str(run / "model"), tmp_path, now=0).name == "seq_math-19700101T000000Z-2"
+    assert default_out_dir("Qwen/Qwen3-8B-Base", tmp_path, now=0).name == "Qwen3-8B-Base-19700101T000000Z"

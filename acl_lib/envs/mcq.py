@@ -59,8 +59,10 @@ _CHOICE_RE = re.compile(
     r"(?i:answer\s*:|(?:answer|option|choice)\s+is\s*:?)"  # the keyword
     r"(?P<open>" + _OPEN + r")"
     r"(?P<letter>[A-Da-d])(?![A-Za-z0-9])"
-    r"(?=(?P<rest>[^\n]*))"  # a lookahead, so a later answer on the same line is still found
 )
+# What may follow a lower-case letter on its line for it to count ("answer: b." but not "answer: a cat"),
+# read up to the first other character only: reading each match's whole line is quadratic on long lines.
+_TRAILING = re.compile(r"(?:(?!\n)[\s\)\]\}\$\*\.\"',;:!])*")
 
 
 def extract_choice(response: str) -> str | None:
@@ -70,16 +72,16 @@ def extract_choice(response: str) -> str | None:
     """
     if not isinstance(response, str) or not response:
         return None
-    found = None
-    for m in _CHOICE_RE.finditer(response):
+    for m in reversed(list(_CHOICE_RE.finditer(response))):  # the last answer statement that counts wins
         letter = m.group("letter")
         if letter.islower():
             bracketed = "(" in m.group("open") or "[" in m.group("open")
-            alone = re.fullmatch(r"[\s\)\]\}\$\*\.\"',;:!]*", m.group("rest")) is not None
+            end = _TRAILING.match(response, m.end()).end()
+            alone = end == len(response) or response[end] == "\n"
             if not (bracketed or alone):
                 continue
-        found = letter.upper()
-    return found
+        return letter.upper()
+    return None
 
 
 def is_correct_choice(response: str, gold_letter: str) -> bool:

@@ -583,16 +583,68 @@ def replay_cli(args: argparse.Namespace) -> int:
     """``acl env retail replay --db DB --tasks TASKS --out OUT.jsonl``: one replay record per task.
 
     Each line: ``{"id", "failing_actions", "errors", "orders", "users"}`` (see ``retail_db.replay``); every
-    task is replayed on a fresh copy of the database. Returns 0.
+    task is replayed on a fresh copy of the database. Every task gets its line, in task order, whatever its
+    actions hold; the file is written whole (temp file + rename). Returns 0; 1 when a task could not be
+    replayed at all (its line has an ``"error"``); 2, with a message and no output, when the database or the
+    tasks file cannot be read or ``--out`` cannot be written.
     """
     from tqdm.auto import tqdm
 
-    db = json.loads(Path(args.db).read_text())
-    tasks = json.loads(Path(args.tasks).read_text())
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as f:
-        for t in tqdm(tasks, desc="retail replay", disable=not sys.stderr.isatty()):
-            f.write(json.dumps(replay(db, t)) + "\n")
+    from acl_lib.atomic import atomic_write_text
+
+    def usage(msg: str) -> int:
+        print(f"acl env retail replay: error: {msg}", file=sys.stderr)
+        return 2
+
+    data = {}
+    for what, path in (("--db", args.db), ("--tasks", args.tasks)):
+        try:
+            data[what] = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            return usage(f"{what} {path}: no such file")
+        except (OSError, UnicodeDecodeError) as exc:
+            return usage(f"{what} {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})")
+        except ValueError as exc:
+            return usage(f"{what} {path}: not valid JSON ({exc})")
+    db, tasks = data["--db"], data["--tasks"]
+    if not isinstance(tasks, list):
+        return usage(f"--tasks {args.tasks}: expected a JSON list of tasks, got {type(tasks).__name__}")
+    try:
+        RetailDB.load(db)
+    except Exception as exc:  # noqa: BLE001 - pydantic's error, cut to its first problem
+        errors = exc.errors() if hasattr(exc, "errors") else []
+        if errors:
+            where = ".".join(str(p) for p in errors[0]["loc"]) or "top level"
+            why = f"{where}: {errors[0]['msg']}" + (f"; {len(errors) - 1} more problem(s)" if len(errors) > 1 else "")
+        else:
+            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+        return usage(f"--db {args.db}: not a tau2 retail database ({why})")
+    out = Path(args.out)
+    for d in (out.parent, *out.parent.parents):
+        if d.exists():
+            if not d.is_dir():
+                return usage(f"--out {out}: {d} is a file, not a directory")
+            break
+    if out.is_dir():
+        return usage(f"--out {out}: a directory, not a file")
+
+    lines, broken = [], 0
+    for t in tqdm(tasks, desc="retail replay", disable=not sys.stderr.isatty()):
+        try:
+            rec = replay(db, t)
+        except Exception as exc:  # noqa: BLE001 - one broken task never costs the others their lines
+            rec = {"id": t.get("id") if isinstance(t, dict) else None, "failing_actions": [], "errors": {},
+                   "orders": {}, "users": {}, "error": f"{type(exc).__name__}: {exc}"}
+        broken += "error" in rec
+        lines.append(json.dumps(rec) + "\n")
+    try:
+        atomic_write_text(out, "".join(lines))
+    except OSError as exc:
+        return usage(f"--out {out}: cannot write it ({exc.strerror or exc})")
+    if broken:
+        print(f"acl env retail replay: {broken} of {len(tasks)} task(s) could not be replayed; their lines in {out} "
+              f"say why (\"error\")", file=sys.stderr)
+        return 1
     return 0
 
 

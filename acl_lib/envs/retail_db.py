@@ -676,31 +676,74 @@ def changed_records(before: RetailDB | dict, tools: RetailTools) -> tuple[dict, 
 def run_actions(db: RetailDB, actions: list[dict]) -> tuple[RetailTools, list[dict]]:
     """Apply ``actions`` (tau2 action dicts: name, arguments) to ``db`` in place, skipping failures.
 
-    Returns the tools (with the touched ids) and one ``{"action_id", "name", "error"}`` per action that raised.
+    Returns the tools (with the touched ids) and one ``{"action_id", "index", "name", "error"}`` per action that
+    raised or could not be read (not an object, no ``name``): one bad action never stops the others.
     """
     tools = RetailTools(db)
     failures = []
-    for action in actions:
+    for i, action in enumerate(actions):
+        if not isinstance(action, dict):
+            failures.append({"action_id": None, "index": i, "name": None,
+                             "error": f"action must be an object, got {type(action).__name__}"})
+            continue
+        name = action.get("name")
         try:
-            tools.call(action["name"], action.get("arguments") or {})
+            if not isinstance(name, str) or not name:
+                raise ToolError("action has no 'name' string")
+            tools.call(name, action.get("arguments") or {})
         except ToolError as exc:
-            failures.append({"action_id": action.get("action_id"), "name": action["name"], "error": str(exc)})
+            error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a malformed gold action is reported, never fatal
+            error = f"{type(exc).__name__}: {exc}"
+        else:
+            continue
+        failures.append({"action_id": action.get("action_id"), "index": i,
+                         "name": name if isinstance(name, str) else None, "error": error})
     return tools, failures
+
+
+def failure_keys(failures: list[dict]) -> list[str]:
+    """One distinct key per failure: its ``action_id``, or ``#<index>`` (position in the action list) when the
+    id is missing, not a string, or shared with another action of the task (so no error overwrites another)."""
+    ids = [f["action_id"] for f in failures]
+    keys = []
+    for f in failures:
+        aid = f["action_id"]
+        ok = isinstance(aid, str) and aid and ids.count(aid) == 1 and not aid.startswith("#")
+        keys.append(aid if ok else f"#{f['index']}")
+    return keys
 
 
 def replay(db_dict: dict, task_dict: dict) -> dict:
     """Replay one tau2 task's gold actions on a fresh copy of ``db_dict``.
 
-    Returns ``{"id", "failing_actions": [action_id, ...], "errors": {action_id: message}, "orders": {...},
-    "users": {...}}``: the orders and users (tau2 JSON records) the gold actions changed.
+    Returns ``{"id", "failing_actions": [key, ...], "errors": {key: message}, "orders": {...}, "users": {...}}``:
+    the orders and users (tau2 JSON records) the gold actions changed. A failing action's key is its
+    ``action_id``, or ``#<index>`` when that id is missing or repeated (``failure_keys``). A task whose action
+    list cannot be read (not a list) gets the record with an ``"error"`` entry and nothing replayed.
     """
+    if not isinstance(task_dict, dict):
+        return {"id": None, "failing_actions": [], "errors": {}, "orders": {}, "users": {},
+                "error": f"task must be an object, got {type(task_dict).__name__}"}
     criteria = task_dict.get("evaluation_criteria") or {}
-    tools, failures = run_actions(RetailDB.load(db_dict), criteria.get("actions") or [])
+    actions = criteria.get("actions") if isinstance(criteria, dict) else criteria
+    if actions is None:
+        actions = []
+    problem = None
+    if not isinstance(criteria, dict):
+        problem = f"evaluation_criteria must be an object, got {type(criteria).__name__}"
+    elif not isinstance(actions, list):
+        problem = f"evaluation_criteria.actions must be a list, got {type(actions).__name__}"
+    if problem:
+        return {"id": task_dict.get("id"), "failing_actions": [], "errors": {}, "orders": {}, "users": {},
+                "error": problem}
+    tools, failures = run_actions(RetailDB.load(db_dict), actions)
     orders, users = changed_records(db_dict, tools)
+    keys = failure_keys(failures)
     return {
         "id": task_dict.get("id"),
-        "failing_actions": [f["action_id"] for f in failures],
-        "errors": {f["action_id"]: f["error"] for f in failures},
+        "failing_actions": keys,
+        "errors": {k: f["error"] for k, f in zip(keys, failures)},
         "orders": orders,
         "users": users,
     }

@@ -7,11 +7,17 @@ or, from Python, ``evaluate(cfg, model="...", out_dir=...)``. A *policy* turns a
 (the ``paper`` profile), the scripted experts (``--model expert``) or a do-nothing policy
 (``--model null``), all run through the same episodes.
 
+``acl eval`` writes to a directory of its own (``outputs/eval/<name>-<UTC time>/`` unless ``--out`` says
+otherwise), never into a run of the run store (refused), and all at once: records and metrics are written
+into a temporary directory that is renamed into place. The pipeline's evaluations are runs of their own,
+``<run>/eval/`` (``acl_lib.pipeline.eval_run``).
+
 Outputs in ``out_dir``:
 - ``metrics.json``: ``{"scores": {benchmark: percent}, "mean_reward": {...}, "n_tasks": {...}, ...}``.
   A benchmark's score is the percentage of episodes with reward 1 (pass rate; for IFEval this is
   prompt-level strict accuracy), averaged over k samples per task (avg@k).
 - ``records/<benchmark>.jsonl``: one line per episode with the transcript and the failure reason.
+- ``eval_config.yaml`` (``acl eval`` only): the resolved config it ran with.
 """
 
 from __future__ import annotations
@@ -240,6 +246,8 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
     from tqdm.auto import tqdm
 
     suites = suites or cfg.eval.suites
+    if k is not None and k < 1:
+        raise ValueError(f"k must be at least 1 (samples per task), got {k}")
     k = k or cfg.eval.k
     if k > 1 and cfg.eval.temperature == 0:
         log.warning("k=%d with temperature 0 repeats the same greedy sample; using k=1", k)
@@ -302,12 +310,106 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     atomic_write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
 
 
-def default_out_dir(model: str) -> Path:
-    """Where ``acl eval`` writes by default: a checkpoint ``<run>/model`` scores into ``<run>/``."""
-    p = Path(model)
-    if model in ("expert", "null") or not p.exists():
-        return Path("outputs") / "eval" / p.name
-    return p.parent if p.name == "model" else p
+def default_out_dir(model: str, output_dir: str | os.PathLike = "outputs", now: float | None = None) -> Path:
+    """Where ``acl eval`` writes without ``--out``: ``<output_dir>/eval/<name>-<UTC time>/``, outside every run
+    of the run store (``outputs/<profile>/seed<k>/``), so scoring a run's checkpoint never touches that run.
+
+    ``<name>`` is the run for a checkpoint ``<run>/model`` (``seq_math``), else the last path component
+    (``Qwen3-8B-Base``, ``expert``). A relative ``output_dir`` is taken from the project root, as the run
+    store's. A name already taken (two evaluations in one second) gets ``-2``, ``-3``, ..."""
+    from datetime import datetime, timezone
+
+    from acl_lib.config import project_root
+
+    p = Path(str(model).rstrip("/"))
+    name = p.parent.name if p.name == "model" and p.parent.name else p.name
+    stamp = datetime.fromtimestamp(time.time() if now is None else now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    root = project_root() / output_dir / "eval"
+    out = root / f"{name or 'model'}-{stamp}"
+    n = 2
+    while out.exists():
+        out, n = root / f"{name or 'model'}-{stamp}-{n}", n + 1
+    return out
+
+
+# What an ``acl eval`` output directory holds; one holding anything else is not replaced.
+EVAL_OUTPUTS = {"metrics.json", "records", "eval_config.yaml"}
+
+
+def run_dir_holding(path: str | os.PathLike) -> Path | None:
+    """The run directory of the run store that ``path`` is, or is inside, or None. A run directory holds a
+    marker (COMPLETE.json, RUNNING.json, FAILED.json) or the config.yaml a run writes (``# run <name>: ...``)."""
+    from acl_lib.runs import COMPLETE, CONFIG, FAILED, RUNNING
+
+    p = Path(path).expanduser().resolve()
+    for d in (p, *p.parents):
+        if any((d / m).is_file() for m in (COMPLETE, RUNNING, FAILED)):
+            return d
+        try:
+            with open(d / CONFIG) as f:
+                if f.read(6) == "# run ":
+                    return d
+        except OSError:
+            pass
+    return None
+
+
+def _is_model_dir_problem(model: str) -> str | None:
+    """Why ``model`` cannot be a checkpoint to load, or None (a local directory that looks like a checkpoint,
+    ``expert`` / ``null``, or what can only be a hub id; loading decides the rest)."""
+    if model in ("expert", "null"):
+        return None
+    p = Path(model).expanduser()
+    if p.exists():
+        if not p.is_dir():
+            return f"--model {model}: a file, not a checkpoint directory"
+        missing = []
+        if not (p / "config.json").is_file():
+            missing.append("config.json")
+        if not any((p / w).is_file() for w in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                                                "pytorch_model.bin.index.json")):
+            missing.append("weights (model.safetensors)")
+        if not any((p / t).is_file() for t in ("tokenizer.json", "tokenizer_config.json")):
+            missing.append("a tokenizer (tokenizer.json)")
+        if missing:
+            return (f"--model {model}: not a checkpoint directory (no {', '.join(missing)}); a checkpoint is a "
+                    f"directory written by save_pretrained, e.g. outputs/<profile>/seed<k>/<run>/model")
+        return None
+    parts = p.parts
+    hub_id = (len(parts) == 2 and not str(model).startswith((".", "/", "~")) and not Path(parts[0]).exists()
+              and all(c.isalnum() or c in "-_." for c in "".join(parts)))
+    if hub_id:
+        return None
+    return f"--model {model}: no such directory (give a checkpoint directory, a hub id, 'expert' or 'null')"
+
+
+def _out_problem(out: Path) -> str | None:
+    """Why ``acl eval`` must not write its results to ``out``, or None."""
+    run = run_dir_holding(out)
+    if run is not None:
+        return (f"--out {out} is inside the run directory {run} of the run store. An evaluation written there "
+                f"would overwrite or mix with that run's own results while its markers still call it complete. "
+                f"Leave out --out (results go to outputs/eval/<name>-<time>/) or give a directory outside the "
+                f"run store.")
+    for d in (out, *out.parents):
+        if d.exists():
+            if not d.is_dir():
+                return f"--out {out}: {d} is a file, not a directory"
+            break
+    try:  # the results are first written beside ``out``: that must work before any scoring starts
+        import tempfile
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryDirectory(prefix=".tmp-probe-", dir=out.parent).cleanup()
+    except OSError as exc:
+        return f"--out {out}: cannot write in {out.parent} ({exc.strerror or exc})"
+    if out.is_dir():
+        extra = sorted(p.name for p in out.iterdir() if p.name not in EVAL_OUTPUTS and not p.name.startswith(".tmp-"))
+        if extra:
+            return (f"--out {out} already holds other files ({', '.join(extra[:5])}); acl eval replaces its output "
+                    f"directory as a whole (records and metrics together), so give a new directory or the output of "
+                    f"an earlier acl eval")
+    return None
 
 
 def format_scores(metrics: dict) -> str:
@@ -318,23 +420,53 @@ def format_scores(metrics: dict) -> str:
 
 
 def cli_main(args) -> int:
-    """``acl eval``: args has model, profile, suites, k, out, overrides (``--set``), seed."""
+    """``acl eval``: args has model, profile, suites, k, out, overrides (``--set``), seed.
+
+    Every check that can fail on the arguments (config, --k, --model, --out) runs before any scoring and exits
+    with code 2 and a one-paragraph message. The results (``metrics.json``, ``records/``, ``eval_config.yaml``)
+    are written into a temporary directory beside ``out`` and renamed into place when complete, so ``out``
+    never mixes the records of one evaluation with the metrics of another.
+    """
+    import yaml
+
+    from acl_lib.atomic import atomic_dir
     from acl_lib.cli import EXIT_USAGE, _err, _load
 
-    if args.k is not None and args.k < 1:
-        _err(f"--k must be at least 1 (samples per task), got {args.k}")
+    def usage(msg: str) -> None:
+        _err(msg)
         raise SystemExit(EXIT_USAGE)
+
+    if args.k is not None and args.k < 1:
+        usage(f"--k must be at least 1 (samples per task), got {args.k}")
     cfg = _load(args.profile, getattr(args, "overrides", None) or [], getattr(args, "seed", None))
-    if args.model not in ("expert", "null") and not Path(args.model).exists() and "/" not in args.model:
-        raise SystemExit(f"acl eval: no model directory {args.model!r} (or use 'expert' / 'null')")
-    out = Path(args.out) if getattr(args, "out", None) else default_out_dir(args.model)
-    torch_threads = cfg.torch_threads
+    problem = _is_model_dir_problem(args.model)
+    if problem:
+        usage(problem)
+    out = Path(args.out).expanduser() if getattr(args, "out", None) else default_out_dir(args.model, cfg.output_dir)
+    problem = _out_problem(out)
+    if problem:
+        usage(problem)
+
+    policy = None
     if args.model not in ("expert", "null"):
         import torch
 
-        torch.set_num_threads(torch_threads)
-    metrics = evaluate(cfg, args.model, out, suites=args.suites, k=args.k)
+        from acl_lib.seeding import seed_everything
+
+        # as evaluate() does for a model it loads itself: the same samples whatever ran before
+        seed_everything(cfg.seed)
+        torch.set_num_threads(cfg.torch_threads)
+        try:
+            policy = make_policy(args.model, cfg)
+        except Exception as exc:  # noqa: BLE001 - a bad checkpoint is a usage error, reported in one paragraph
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            usage(f"--model {args.model}: cannot load it as a checkpoint ({type(exc).__name__}: {first})")
+    with atomic_dir(out) as tmp:
+        mask = os.umask(0)
+        os.umask(mask)
+        tmp.chmod(0o777 & ~mask)  # a temporary directory is private; the results are not
+        metrics = evaluate(cfg, args.model, tmp, suites=args.suites, k=args.k, policy=policy)
+        (tmp / "eval_config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     print(format_scores(metrics))
     print(f"metrics: {out / 'metrics.json'}  records: {out / 'records'}  ({metrics['elapsed_s']:.1f} s)")
     return 0
-

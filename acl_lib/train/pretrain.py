@@ -6,11 +6,12 @@
    each repeated; ``acl_lib.model.copying.induction_blocks``) at ``copy_warmup_batch`` x
    ``copy_warmup_seq_len``, constant ``copy_warmup_lr``. Small models form an induction head (in-context
    copying) only under such a batch shape and data, and the tool worlds need one (docs/mini-calibration.md).
-2. **Corpus**: the documents (a list, or a ``.jsonl`` file of ``{"text": ...}`` lines) are tokenized, joined
-   with the pad token ``<|endoftext|>`` as document separator (Qwen's convention) and cut into
-   ``seq_len``-token blocks (the tail shorter than a block is dropped); a share ``copy_mix`` of synthetic
-   induction blocks is mixed in so the head is kept. ``max_steps`` x ``batch_size`` blocks, cosine decay
-   after ``warmup_steps``.
+2. **Corpus**: the documents (a list, or a ``.jsonl`` file of ``{"text": ...}`` lines), with a share
+   ``copy_mix`` (in characters) of echo documents added (``acl_lib.model.copying.echo_documents``: a run of
+   corpus words, then the same run; they keep the head at work on text), are shuffled, tokenized, joined with
+   the pad token ``<|endoftext|>`` as document separator (Qwen's convention) and cut into ``seq_len``-token
+   blocks (the tail shorter than a block is dropped). ``max_steps`` x ``batch_size`` blocks, cosine decay after
+   ``warmup_steps``.
 
 Every ``copy_eval_every`` steps the context-copy gain (``acl_lib.model.copying.copy_gain`` on word lists of
 the search world) is measured and logged beside the loss, so the formation of the head can be watched.
@@ -118,7 +119,7 @@ def _train(cfg, model, tok, blocks, out_dir: Path, *, max_steps, batch_size, lr,
 def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, out_dir: str | Path) -> dict:
     """Pretrain the model in ``model_dir`` (copy warm-up, then the corpus) into ``<out_dir>/model``; returns the
     summary (with the warm-up's under ``copy_warmup``)."""
-    from acl_lib.model.copying import induction_blocks
+    from acl_lib.model.copying import echo_documents, induction_blocks
 
     common.set_threads(cfg)
     p = cfg.pretrain
@@ -132,20 +133,21 @@ def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, o
         if not (warm_dir / "model").exists():  # finished before a restart: not redone
             model, _ = common.load_model_and_tokenizer(model_dir, cfg)
             blocks = induction_blocks(p.copy_warmup_steps * p.copy_warmup_batch, p.copy_warmup_seq_len,
-                                      copy_token_ids(tok), tok.pad_token_id, seed=cfg.seed)
+                                      copy_token_ids(tok), seed=cfg.seed)
             _train(cfg, model, tok, blocks, warm_dir, max_steps=p.copy_warmup_steps, batch_size=p.copy_warmup_batch,
                    lr=p.copy_warmup_lr, warmup=0, scheduler="constant", phase="copy_warmup",
                    seq_len=p.copy_warmup_seq_len)
         warm_summary = json.loads((warm_dir / common.TRAIN_SUMMARY).read_text())
         start = warm_dir / "model"
     model, _ = common.load_model_and_tokenizer(start, cfg)
-    blocks = pack_corpus(texts, tok, p.seq_len)
-    n_copy = int(round(len(blocks) * p.copy_mix / max(1e-9, 1 - p.copy_mix))) if p.copy_mix > 0 else 0
-    if n_copy:
-        blocks += induction_blocks(n_copy, p.seq_len, copy_token_ids(tok), tok.pad_token_id, seed=cfg.seed + 1)
-        random.Random(cfg.seed).shuffle(blocks)
+    n_chars = sum(map(len, texts))
+    echo = echo_documents(texts, int(n_chars * p.copy_mix / (1 - p.copy_mix)), seed=cfg.seed + 1) if p.copy_mix else []
+    docs = texts + echo
+    random.Random(cfg.seed).shuffle(docs)
+    blocks = pack_corpus(docs, tok, p.seq_len)
+    n_copy = len(echo)
     _, summary = _train(cfg, model, tok, blocks, out_dir, max_steps=p.max_steps, batch_size=p.batch_size,
                         lr=p.learning_rate, warmup=p.warmup_steps, scheduler="cosine", phase="corpus",
                         seq_len=p.seq_len)
-    summary.update(copy_blocks=n_copy, copy_warmup=warm_summary)
+    summary.update(echo_documents=n_copy, echo_chars=sum(map(len, echo)), copy_warmup=warm_summary)
     return common.write_summary_main(summary, out_dir)
