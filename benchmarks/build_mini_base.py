@@ -117,10 +117,14 @@ def main(argv: list[str] | None = None) -> None:
         "vocab_size": info["vocab_size"],
         "corpus_tokens": info["corpus_tokens"],
         "tokens_seen": tokens,
-        "wall_s": round(complete["duration_s"], 1),
+        # with --reuse-warmup this run did not spend phase 1's time: add what the warm-up took where it ran
+        "wall_s": round(complete["duration_s"] + (warm.get("wall_s", 0.0) if args.reuse_warmup else 0.0), 1),
+        "wall_s_copy_warmup": round(warm.get("wall_s", 0.0), 1),
+        "wall_s_corpus": round(summary["wall_s"], 1),
         "machine": machine(),
         "built_at": date.today().isoformat(),
-        "copy_warmup_reused_from": args.reuse_warmup,
+        "copy_warmup_reused_from": ("an earlier build of this recipe, stopped in its phase 2 (the phase-2 "
+                                    "settings changed)") if args.reuse_warmup else None,
         "context_copy": gain,
         "copy_gain_during_training": [
             {"phase": r["phase"], "step": r["step"], "copy_gain": r["copy_gain"]}

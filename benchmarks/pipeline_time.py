@@ -1,7 +1,7 @@
 """Wall time of the pipeline notebooks, per notebook, from a clean output dir (the issue's budgets).
 
     python benchmarks/pipeline_time.py --profile smoke            # budget: 3 minutes
-    python benchmarks/pipeline_time.py --profile mini             # budget: 45 minutes (base..oracles)
+    python benchmarks/pipeline_time.py --profile mini             # budget: 30 minutes (base..oracles)
 
 It runs ``acl run --profile P --seeds 0`` into a fresh temporary outputs/papermill dir (or ``--keep DIR``),
 then reads each executed notebook's papermill duration and each run's metrics.json, and prints a
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-BUDGET_S = {"smoke": 180, "mini": 45 * 60}
+BUDGET_S = {"smoke": 180, "mini": 30 * 60}
 
 
 def main() -> int:

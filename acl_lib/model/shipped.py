@@ -73,7 +73,7 @@ def write_shipped(model_dir: Path, dest: Path, card: dict) -> dict:
     """Copy a built base (weights, configs, tokenizer) into ``dest`` with its card (sha256 filled in)."""
     dest.mkdir(parents=True, exist_ok=True)
     for p in Path(model_dir).iterdir():
-        if p.is_file():
+        if p.is_file() and p.name != "training_args.bin":  # a pickle of the trainer's arguments: not the model
             shutil.copy2(p, dest / p.name)
     card = dict(card, sha256=sha256(dest / WEIGHTS))
     (dest / CARD).write_text(json.dumps(card, indent=2) + "\n")
@@ -105,9 +105,15 @@ def render_card(card: dict) -> str:
         f"- Phase 2, corpus: {p['max_steps']} steps x {p['batch_size']} x {p['seq_len']} tokens, lr "
         f"{p['learning_rate']} cosine ({p['warmup_steps']} warm-up steps); the corpus is noisy scripted-expert "
         f"transcripts of the four training worlds and the search world's documents, drawn from worlds with seeds "
-        f"{p['world_seeds']} (never the evaluated world's seed), {card['corpus_tokens']:,} tokens; "
-        f"{int(p['copy_mix'] * 100)}% of the blocks are synthetic copy blocks.",
-        f"- Tokens seen: {card['tokens_seen']:,}. Wall time: {card['wall_s'] / 60:.1f} min on {card['machine']}.",
+        f"{p['world_seeds']} (never the evaluated world's seed), {card['corpus_tokens']:,} tokens, plus echo "
+        f"documents (a run of corpus words, then the same run) making up {int(p['copy_mix'] * 100)}% of the "
+        "characters.",
+        f"- Tokens seen: {card['tokens_seen']:,}. Wall time: {card['wall_s'] / 60:.1f} min on {card['machine']}"
+        + (f" (phase 1 {card['wall_s_copy_warmup'] / 60:.1f} min, phase 2 {card['wall_s_corpus'] / 60:.1f} min)."
+           if card.get("wall_s_copy_warmup") is not None else "."),
+        *([f"- Phase 1 was taken from an earlier build with the same phase-1 settings and a byte-identical "
+           f"tokenizer (`--reuse-warmup`; {card['copy_warmup_reused_from']})."] if card.get("copy_warmup_reused_from")
+          else []),
         f"- Built {card['built_at']}.",
         "",
         "## What it does",
