@@ -51,8 +51,9 @@ def main() -> int:
     budget = BUDGET_S.get(args.profile)
     print(f"| **total (acl run)** | **{total:.1f}** | budget {budget} s: {'within' if budget and total <= budget else 'OVER'} |")
     seed_dir = out / args.profile / "seed0"
-    scores = {p.parent.parent.name: json.loads(p.read_text())["scores"]
-              for p in sorted(seed_dir.glob("*/eval/metrics.json"))}
+    found = {p.parent.parent.name: json.loads(p.read_text())["scores"] for p in seed_dir.glob("*/eval/metrics.json")}
+    order = ["base"] + [f"{kind}_{d}" for kind in ("seq", "oracle") for d in ("math", "search", "ecom", "if")]
+    scores = {r: found[r] for r in sorted(found, key=lambda r: (order.index(r) if r in order else len(order), r))}
     if scores:
         benches = list(next(iter(scores.values())))
         print("\n| run | " + " | ".join(benches) + " |\n|---|" + "---:|" * len(benches))
