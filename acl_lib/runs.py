@@ -145,7 +145,14 @@ def hold_lock(path: str | os.PathLike, info: dict | None = None) -> Iterator[dic
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Busy(path, _read_json(path) or {}) from None
+            # the holder writes its pid right after taking the lock: give it a moment to appear
+            holder: dict = {}
+            for _ in range(20):
+                holder = _read_json(path) or {}
+                if holder.get("pid"):
+                    break
+                time.sleep(0.025)
+            raise Busy(path, holder) from None
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": _now(), **(info or {})}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(holder).encode(), 0)

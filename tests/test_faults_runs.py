@@ -104,7 +104,8 @@ def test_a_second_acl_run_on_one_output_dir_fails_at_once(tmp_path):
 # --- interruptions of a real smoke run ---------------------------------------------------------------------
 
 # notebook 00 of the smoke profile, made smaller still: the base on a small corpus, one task per benchmark
-TINY = ["--set", "pretrain.corpus_chars=60000", "worlds.n_test=1", "worlds.n_ood=1", "eval.max_new_tokens=4",
+# 300 pretraining steps (~10 s): long enough for a Ctrl-C to land inside the training loop on a busy machine
+TINY = ["--set", "pretrain.corpus_chars=60000", "pretrain.max_steps=300", "worlds.n_test=1", "worlds.n_ood=1", "eval.max_new_tokens=4",
         "eval.max_turns=2"]
 # what a complete run must hold
 REQUIRED = {
@@ -173,8 +174,8 @@ def test_sigint_and_sigkill_in_a_smoke_run_then_resume(tmp_path):
         stdout, stderr = proc.communicate(timeout=120)
         return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
 
-    # 1. Ctrl-C while the base trains
-    res = start_and_signal(seed_dir / "base" / RUNNING, signal.SIGINT)
+    # 1. Ctrl-C while the base trains (its first training log line says the loop is running)
+    res = start_and_signal(seed_dir / "base" / "train_log.jsonl", signal.SIGINT)
     assert res.returncode == 130, res.stderr[-3000:]
     assert "interrupted in 00_base_model.ipynb" in res.stderr
     assert "Traceback" not in res.stderr and "ZMQError" not in res.stderr, res.stderr[-3000:]
