@@ -162,8 +162,11 @@ def test_sigint_and_sigkill_in_a_smoke_run_then_resume(tmp_path):
     seed_dir = out / "smoke" / "seed0"
 
     def start_and_signal(marker: Path, sig: int) -> subprocess.CompletedProcess:
+        # A test run in the background (a CI job, `make test &`) inherits SIGINT ignored, and so would acl:
+        # give it the default disposition, as in a terminal, so Python installs its Ctrl-C handler.
         proc = subprocess.Popen(args, cwd=ROOT, env=child_env(), start_new_session=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.time() + 240
         while not marker.exists():
             assert proc.poll() is None and time.time() < deadline, f"{marker} never appeared"
