@@ -18,7 +18,7 @@ BENCH_ORDER = list(BENCHMARKS)
 
 
 def paper_results() -> dict:
-    """The study's reported figures (``acl_lib/data/paper_results.yaml``, a copy of shared/paper_results.yaml)."""
+    """The study's reported figures (``acl_lib/data/paper_results.yaml``, the study's reported numbers)."""
     return yaml.safe_load(resources.files("acl_lib.data").joinpath("paper_results.yaml").read_text())
 
 

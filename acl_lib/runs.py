@@ -15,7 +15,7 @@ Usage from a notebook or library function::
     run = Run(cfg, "seq_math", sections=("model", "grpo", "worlds"), inputs=[base_run])
     run_once(run, lambda r: train_stage(r, ...))   # skipped if already complete with this config
 
-Semantics (DESIGN.md section 7):
+Semantics:
 
 * **Complete** means ``COMPLETE.json`` exists and records the run's current ``config_hash``. The hash covers
   the named config sections (all result-relevant keys when ``sections`` is None) plus the completion record

@@ -48,3 +48,12 @@ def seed_everything(seed: int) -> None:
     import torch
 
     torch.manual_seed(seed)  # seeds every device's default generator, CUDA included
+
+
+def seed_and_threads(seed: int, threads: int) -> None:
+    """``seed_everything(seed)`` and torch's intra-op threads capped at ``threads``: what every job that samples
+    or initialises does first, so its numbers do not depend on what ran before in the same process."""
+    import torch
+
+    seed_everything(seed)
+    torch.set_num_threads(threads)

@@ -45,7 +45,7 @@ def main() -> int:
     for nb in sorted((pm / args.profile / "seed0").glob("*.ipynb")):
         meta = json.loads(nb.read_text()).get("metadata", {}).get("papermill", {})
         rows.append((nb.name, meta.get("duration"), meta.get("exception")))
-    print(f"\n| notebook | seconds | status |\n|---|---:|---|")
+    print("\n| notebook | seconds | status |\n|---|---:|---|")
     for name, dur, exc in rows:
         print(f"| {name} | {dur or 0:.1f} | {'failed' if exc else 'ok'} |")
     budget = BUDGET_S.get(args.profile)

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-import yaml
 
 from acl_lib.config import load_config
 from acl_lib.envs import BENCHMARKS, benchmarks_for

@@ -19,7 +19,6 @@ from acl_lib.envs.math import (
     DAPO_PREFIX,
     DAPO_SUFFIX,
     MathEnv,
-    answers_match,
     extract_answer,
     is_correct,
     is_test_problem,

@@ -14,7 +14,7 @@ test tasks concern disjoint sets of users, so they never overlap. The agent sees
 signatures, one-line descriptions), so the prompt fits a small model's context.
 
 Paper profile (``worlds.data_dir`` set): ``<data_dir>/retail/{db.json,tasks.json,split_tasks.json,policy.md}``
-(the layout of ``shared/fixtures/tau2``); the agent sees the real ``policy.md`` and the reference's full
+(the layout of the tau2-bench data, as in ``tests/data/tau2``); the agent sees the real ``policy.md`` and the reference's full
 tool schemas. The real tasks describe their user in prose for an LLM user
 simulator, which is not available offline: ``start()`` on such a task raises ``ConfigError`` saying so.
 Their gold replay (``replay`` / ``replay_cli``) works offline.

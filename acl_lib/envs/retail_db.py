@@ -6,7 +6,7 @@ file: fields that tau2 leaves out until a tool sets them (``cancel_reason``, ``e
 ``return_*``) are ``None`` in memory and absent in the dump.
 
 ``RetailTools`` (a ``desk.Toolkit``) implements the 15 tau2 tools plus tau3's ``get_item_details`` with the preconditions,
-effects and error messages of ``shared/fixtures/tau2/RETAIL_TOOLS.md``. A failed precondition raises
+effects and error messages of the tau2-bench retail reference (replayed against its data in ``tests/data/tau2``). A failed precondition raises
 ``ToolError`` (the agent sees ``Error: <message>``) and a failed call changes nothing: every check runs
 before the first write. Each tool also rejects argument values of the wrong type with a ``ToolError``,
 so a tool never raises anything else, whatever it is given.
@@ -27,7 +27,7 @@ import operator
 import unicodedata
 from typing import Any, Callable, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from acl_lib.envs.base import ToolError, function_schema
 from acl_lib.envs.desk import Toolkit, compact_schemas

@@ -254,13 +254,10 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
         k = 1
     benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(suites)
     if policy is None and model not in ("expert", "null"):
-        import torch
-
-        from acl_lib.seeding import seed_everything
+        from acl_lib.seeding import seed_and_threads
 
         # The same samples whatever ran before in this process (a notebook trains first, then evaluates).
-        seed_everything(cfg.seed)
-        torch.set_num_threads(cfg.torch_threads)
+        seed_and_threads(cfg.seed, cfg.torch_threads)
     policy = policy or make_policy(model, cfg)
     out = Path(out_dir)
     (out / "records").mkdir(parents=True, exist_ok=True)
@@ -449,13 +446,10 @@ def cli_main(args) -> int:
 
     policy = None
     if args.model not in ("expert", "null"):
-        import torch
-
-        from acl_lib.seeding import seed_everything
+        from acl_lib.seeding import seed_and_threads
 
         # as evaluate() does for a model it loads itself: the same samples whatever ran before
-        seed_everything(cfg.seed)
-        torch.set_num_threads(cfg.torch_threads)
+        seed_and_threads(cfg.seed, cfg.torch_threads)
         try:
             policy = make_policy(args.model, cfg)
         except Exception as exc:  # noqa: BLE001 - a bad checkpoint is a usage error, reported in one paragraph

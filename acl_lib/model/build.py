@@ -57,7 +57,7 @@ def build_model(model_cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Q
 
 
 def apply_chat_convention(model, tokenizer: PreTrainedTokenizerBase) -> None:
-    """Make a loaded model + tokenizer follow the conventions the trainers rely on (DESIGN.md section 9).
+    """Make a loaded model + tokenizer follow the conventions the trainers rely on (docs/stack-notes.md).
 
     A no-op for checkpoints built here. For a hub base model in the Qwen3 convention (Qwen3-8B-Base ships
     eos = ``<|endoftext|>`` and no response template) it sets eos = ``<|im_end|>`` in the tokenizer and the
@@ -224,10 +224,9 @@ def build_base(cfg: Config, evaluate: bool = True) -> str:
                                          "shipped_from": str(shipped_dir(cfg)), "card": card})
             run.logger.info("base: the shipped checkpoint %s (sha256 %s, checked)", shipped_dir(cfg), card["sha256"])
             return
-        from acl_lib.seeding import seed_everything
+        from acl_lib.seeding import seed_and_threads
 
-        seed_everything(cfg.seed)
-        torch.set_num_threads(cfg.torch_threads)
+        seed_and_threads(cfg.seed, cfg.torch_threads)
         t0 = time.perf_counter()
         corpus, sources = corpus_with_counts(cfg)
         t1 = time.perf_counter()

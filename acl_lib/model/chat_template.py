@@ -26,7 +26,7 @@ Rendering (``CHAT_TEMPLATE``, Jinja, run by ``tokenizer.apply_chat_template``):
     <|im_start|>assistant
     ...
 
-Properties the trainers rely on (DESIGN.md section 9):
+Properties the trainers rely on (docs/stack-notes.md):
 
 - prefix-preserving: a message renders the same whatever follows it, except that consecutive ``tool``
   messages share one ``user`` turn (Qwen3 does the same; TRL appends a step's tool results together);

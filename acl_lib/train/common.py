@@ -82,7 +82,7 @@ def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_ra
         learning_rate=learning_rate,
         warmup_steps=warmup_steps,
         lr_scheduler_type=scheduler,
-        # Set explicitly: GRPOConfig turns checkpointing on and autodetects bf16 (DESIGN.md section 9).
+        # Set explicitly: GRPOConfig turns checkpointing on and autodetects bf16 (docs/stack-notes.md).
         # transformers 5.24 renamed gradient_checkpointing; the old name (TRL's default True) mirrors this one.
         activation_checkpointing=False,
         bf16=bf16,

@@ -9,7 +9,7 @@ protocol error (malformed / unknown / badly-argued tool calls). Kept episodes be
 ``SFTTrainer``: ``messages`` as the episode keeps them (assistant ``tool_calls`` with JSON-string
 ``arguments``, ``tool`` results, simulated-user turns) and ``tools`` as a JSON string. Both are strings on
 purpose: Arrow merges dict columns across rows into one struct, so a dict-valued row would render with the
-other rows' keys as nulls (DESIGN.md section 9).
+other rows' keys as nulls (docs/stack-notes.md).
 
 ``train_sft`` trains with ``assistant_only_loss=True``: the chat template's ``{% generation %}`` spans (the
 assistant's text, tool calls and closing ``<|im_end|>``) carry the loss; system, user, simulated-user and tool

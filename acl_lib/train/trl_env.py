@@ -14,7 +14,7 @@ Which TRL mechanism each kind of world uses, and why:
        the conversation goes on; TRL's loop ends a rollout at the first turn without tool calls and can only
        insert ``tool`` messages;
     2. TRL parses each turn with the tokenizer's response template and silently turns a malformed call into
-       plain content (DESIGN.md section 9); our ``Episode`` must see the raw turn to record the protocol error
+       plain content (docs/stack-notes.md); our ``Episode`` must see the raw turn to record the protocol error
        that the reward and the failure statistics count;
     3. TRL builds tool schemas from Python signatures and docstrings, while our tasks carry their OpenAI
        schemas (``Task.tools``), rendered exactly as the evaluator renders them; retail has 15 per task.
@@ -54,7 +54,7 @@ def task_row(task: Task) -> dict:
     """One GRPO dataset row: the prompt messages and the task as a JSON string.
 
     The task is a string column on purpose: Arrow would merge the ``answer`` / ``tools`` dicts of all rows
-    into one struct and hand every row the other rows' keys as nulls (DESIGN.md section 9).
+    into one struct and hand every row the other rows' keys as nulls (docs/stack-notes.md).
     """
     return {"prompt": task.initial_messages(), "task": json.dumps(task.to_dict())}
 
