@@ -267,29 +267,29 @@ def cmd_run(args) -> int:
 
 
 def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]) -> int:
+    """Execute the notebooks in order, printing one header line per notebook and, below it, the progress
+    lines its kernel writes (which run, which training step, loss or reward, time left)."""
     from acl_lib import notebooks as nbs
-    from tqdm.auto import tqdm
 
     jobs = [(seed, nb) for seed in args.seeds for nb in notebooks]
     t0 = time.time()
-    bar = tqdm(jobs, desc=f"acl run {args.profile}", unit="notebook", position=0, leave=True)
-    for seed, nb in bar:
+    for i, (seed, nb) in enumerate(jobs, 1):
         cfg = cfgs[seed]
         out = nbs.executed_path(cfg.papermill_dir, args.profile, seed, nb)
-        bar.set_postfix_str(f"seed {seed} {nb.name}")
+        print(f"[{i}/{len(jobs)}] {nb.name}  (profile {args.profile}, seed {seed})", flush=True)
         params = {"profile": args.profile, "seed": seed, "overrides": overrides}
+        t_nb = time.time()
         try:
-            nbs.execute(nb, out, params)
+            with nbs.following_progress(out.parent / f".{nb.stem}.progress", prefix="    "):
+                nbs.execute(nb, out, params, progress_bar=False)
         except nbs.NotebookFailed as exc:
-            bar.close()
             print(f"\nFAILED: {nb.name} (profile {args.profile}, seed {seed})\n{exc}", file=sys.stderr)
             return EXIT_FAILED
         except KeyboardInterrupt:
-            bar.close()
             print(f"\ninterrupted in {nb.name} (partial copy: {out}); the same command resumes: complete runs are skipped",
                   file=sys.stderr)
             return 130
-    bar.close()
+        print(f"    done in {_fmt_s(time.time() - t_nb)}", flush=True)
     print(f"\nacl run: {len(jobs)} notebook(s) executed in {_fmt_s(time.time() - t0)}")
     for seed, cfg in cfgs.items():
         print(f"  seed {seed}: results in {cfg.seed_dir()}/  executed notebooks in {Path(cfg.papermill_dir) / args.profile / f'seed{seed}'}/")

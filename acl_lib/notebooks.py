@@ -5,7 +5,8 @@ Conventions (checked by ``check_conventions``, enforced by tests/test_notebooks_
 
 * name ``NN_lower_snake.ipynb``; notebooks run in the order of their two-digit prefix;
 * the first cell is markdown with the exact ``papermill notebooks/NAME.ipynb papermill_runs/...`` command;
-* exactly one code cell tagged ``parameters`` with flat literal ``profile``, ``seed``, ``overrides``;
+* exactly one code cell tagged ``parameters`` with flat literal ``profile`` (default ``"mini"``), ``seed``,
+  ``overrides``;
   the next code cell resolves ``load_config(profile, overrides, seed=seed)``;
 * committed without outputs or execution counts (``acl nbstrip`` cleans them).
 
@@ -19,6 +20,8 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,11 @@ NAME_RE = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
 # The kernel notebooks run under: "python3" as found first in this interpreter's own prefix (see
 # _prefer_own_kernels), i.e. the venv's python when `acl run` is the venv's.
 KERNEL_NAME = "python3"
+# The kernelspec committed notebooks carry: the one `make install` registers in the venv (JupyterLab writes its
+# display name into a notebook it saves).
+KERNELSPEC = {"display_name": "Python 3 (acl-suite)", "language": "python", "name": KERNEL_NAME}
 REQUIRED_PARAMETERS = ("profile", "seed", "overrides")
+DEFAULT_PROFILE = "mini"  # what a notebook opened in JupyterLab runs, as `make run` does
 KERNEL_LOG_LEVEL = "CRITICAL"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -120,6 +127,51 @@ def execute(
     return output
 
 
+@contextmanager
+def following_progress(path: str | Path, prefix: str = "", out=None) -> Iterator[None]:
+    """While the block runs, print each line appended to ``path`` (the kernel's progress file, see
+    ``acl_lib.progress``) to ``out`` (stdout), prefixed; the kernel finds the file through ``ACL_PROGRESS_FILE``.
+    The file is emptied first and removed afterwards."""
+    import threading
+
+    from acl_lib.progress import PROGRESS_FILE_ENV
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+    previous = os.environ.get(PROGRESS_FILE_ENV)
+    os.environ[PROGRESS_FILE_ENV] = str(path)
+    stop = threading.Event()
+
+    def follow() -> None:
+        with path.open() as f:
+            pending = ""
+            while True:
+                chunk = f.read()
+                if chunk:
+                    pending += chunk
+                    *lines, pending = pending.split("\n")
+                    for line in lines:
+                        print(prefix + line, file=out or sys.stdout, flush=True)
+                elif stop.is_set():
+                    break
+                else:
+                    stop.wait(0.5)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        if previous is None:
+            os.environ.pop(PROGRESS_FILE_ENV, None)
+        else:
+            os.environ[PROGRESS_FILE_ENV] = previous
+        path.unlink(missing_ok=True)
+
+
 def _prefer_own_kernels() -> None:
     """Put ``<sys.prefix>/share/jupyter`` first on JUPYTER_PATH for this process and its kernels.
 
@@ -187,9 +239,11 @@ def notebook_state(executed: str | Path) -> tuple[str, float | None]:
 
 
 def strip_outputs(path: str | Path) -> bool:
-    """Remove outputs, execution counts and papermill run metadata from a notebook in place.
+    """Bring a notebook back to its committed form, in place: no outputs, execution counts or run metadata
+    (papermill's, Lab's ``language_info``, widget state), the suite's kernelspec, and nbformat's own layout.
 
-    Keeps sources, cell tags and the kernelspec. Returns True if the file changed.
+    Opening and saving a committed notebook in JupyterLab changes only what this removes, so
+    ``git diff`` is empty again after it. Returns True if the file changed.
     """
     import nbformat
 
@@ -200,12 +254,12 @@ def strip_outputs(path: str | Path) -> bool:
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
-        for key in ("papermill", "execution", "collapsed", "scrolled"):
+        for key in ("papermill", "execution", "collapsed", "scrolled", "trusted"):
             cell.metadata.pop(key, None)
-    for key in ("papermill", "widgets", "acl"):
-        nb.metadata.pop(key, None)
+    nb.metadata = {k: v for k, v in nb.metadata.items() if k not in ("papermill", "widgets", "acl", "language_info")}
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
     after = nbformat.writes(nb) + "\n"
-    if json.loads(after) != json.loads(before):  # formatting-only differences are left alone
+    if after != before:
         path.write_text(after)
         return True
     return False
@@ -265,6 +319,9 @@ def check_conventions(path: str | Path) -> list[str]:
     for p in REQUIRED_PARAMETERS:
         if p not in assigned:
             problems.append(f"parameters cell does not define {p}")
+    if "profile" in assigned and assigned["profile"] != DEFAULT_PROFILE:
+        problems.append(f"parameters cell: profile defaults to {assigned['profile']!r}; the suite's default is "
+                        f"{DEFAULT_PROFILE!r} (tests and acl run pass the profile they want)")
     # papermill's own parser documents parameters (`papermill --help-notebook`); it gives up on a line
     # whose comment contains '=' and then warns "Passed unknown parameter" on every run.
     from nbformat.v4 import new_code_cell

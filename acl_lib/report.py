@@ -1,7 +1,11 @@
-"""Capability matrices and trajectories: our measured scores beside the study's.
+"""What the notebooks show: scores beside the study's, training curves, transcripts, failure reasons, and a
+short reading of a stage, all read from the run store.
 
-Everything reads ``metrics.json`` files from the run store (nothing passes through notebook memory) and
-returns plain data or plotly figures; notebooks only display them.
+Everything reads files of the run store (``<run>/eval/metrics.json``, ``records/``, ``train_log.jsonl``;
+nothing passes through notebook memory) and returns DataFrames, plotly figures or displayable objects;
+notebooks only display them. ``setup_notebook()`` makes plotly figures show wherever a notebook is read:
+interactive in JupyterLab, interactive and offline in ``jupyter nbconvert`` HTML (plotly.js is embedded
+once per notebook), and as a PNG (GitHub, nbviewer without JavaScript) when kaleido finds a Chrome.
 """
 
 from __future__ import annotations
@@ -15,6 +19,42 @@ import yaml
 from acl_lib.envs import BENCHMARKS
 
 BENCH_ORDER = list(BENCHMARKS)
+_STATIC: dict[str, bool] = {}
+
+
+def static_images_available() -> bool:
+    """Whether plotly can write PNGs here (kaleido and a Chrome it can start); checked once per process."""
+    if "png" not in _STATIC:
+        try:
+            import plotly.graph_objects as go
+
+            go.Figure(go.Bar(x=[1], y=[1])).to_image(format="png", width=60, height=40)
+            _STATIC["png"] = True
+        except Exception:  # no kaleido, no Chrome: interactive figures only
+            _STATIC["png"] = False
+    return _STATIC["png"]
+
+
+def setup_notebook(static_images: bool | None = None) -> str:
+    """Make the notebook's figures show everywhere it is read; returns the plotly renderer set.
+
+    ``plotly_mimetype`` (JupyterLab), ``notebook`` (HTML with plotly.js embedded once, for nbconvert HTML,
+    offline) and, where kaleido can export, ``png`` (GitHub). Also sets pandas to print scores with one
+    decimal and turns the Hugging Face libraries' progress bars off (the suite draws its own lines).
+    """
+    import pandas as pd
+    import plotly.io as pio
+
+    from acl_lib.progress import _hf_progress_bars
+
+    _hf_progress_bars(False)  # "Loading weights" redraws in every cell that loads a model; progress: acl_lib.progress
+    png = static_images_available() if static_images is None else static_images
+    renderer = "plotly_mimetype+notebook" + ("+png" if png else "")
+    pio.renderers.default = renderer
+    pd.set_option("display.precision", 1)
+    pd.set_option("display.max_columns", 40)
+    pd.set_option("display.width", 200)
+    return renderer
 
 
 def paper_results() -> dict:
@@ -118,21 +158,107 @@ def forgetting_summary(scores: dict[str, dict[str, float]], curriculum_runs: lis
 
 
 def save_figure(fig, path: str | Path) -> list[Path]:
-    """Save as HTML (always) and PNG (where a static renderer works). Returns the files written."""
+    """Save as HTML that works offline (it loads ``plotly.min.js`` written once beside it) and as PNG where
+    kaleido can export. Returns the files written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     written = [path.with_suffix(".html")]
-    fig.write_html(written[0], include_plotlyjs="cdn")
-    try:
-        fig.write_image(path.with_suffix(".png"))
+    fig.write_html(written[0], include_plotlyjs="directory")
+    if static_images_available():
+        fig.write_image(path.with_suffix(".png"), scale=2)
         written.append(path.with_suffix(".png"))
-    except Exception:  # kaleido needs a browser; the HTML is the record
-        pass
     return written
 
 
-def forgetting_table(cfg) -> str:
-    """Text table of :func:`forgetting_summary` for the configured curriculum (reads the run store)."""
+def read_train_logs(run_dir: str | Path) -> list[dict]:
+    """Rows of every ``*train_log*.jsonl`` under a run dir (one row per logging step), each with its ``phase``:
+    the trainer's (``sft``, ``grpo``; ``copy_warmup``, ``corpus`` for pretraining), or the file's folder."""
+    rows = []
+    for p in sorted(Path(run_dir).rglob("*train_log*.jsonl")):
+        for line in p.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                row["phase"] = row.get("phase") or row.get("job") or p.parent.name
+                rows.append(row)
+    return rows
+
+
+PHASE_TITLES = {"sft": "SFT cold start", "grpo": "GRPO", "copy_warmup": "copy warm-up", "corpus": "pretraining"}
+
+
+def training_curves(run_dir: str | Path):
+    """Plotly figure with one panel per training phase and quantity (SFT loss, GRPO reward, GRPO loss,
+    copy gain ...), each against that phase's own steps."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    rows = read_train_logs(run_dir)
+    panels = []
+    for phase in dict.fromkeys(r["phase"] for r in rows):
+        pts = [r for r in rows if r["phase"] == phase]
+        for key in ("reward", "loss", "copy_gain"):
+            xs = [r["step"] for r in pts if r.get(key) is not None]
+            if xs:
+                panels.append((phase, key, xs, [r[key] for r in pts if r.get(key) is not None]))
+    if not panels:
+        fig = go.Figure()
+        fig.update_layout(title=f"{Path(run_dir).name}: no training log (nothing trained here)", height=200)
+        return fig
+    cols = min(3, len(panels))
+    nrows = (len(panels) + cols - 1) // cols
+    titles = [f"{PHASE_TITLES.get(ph, ph)}: {key.replace('_', ' ')}" for ph, key, _, _ in panels]
+    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=titles)
+    colors = {"loss": "#1f77b4", "reward": "#2ca02c", "copy_gain": "#9467bd"}
+    for i, (phase, key, xs, ys) in enumerate(panels):
+        r, c = i // cols + 1, i % cols + 1
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers" if len(xs) < 40 else "lines",
+                                 name=titles[i], line={"color": colors[key]}, showlegend=False), row=r, col=c)
+        fig.update_xaxes(title_text="step", row=r, col=c)
+    fig.update_layout(title=f"Training curves: {Path(run_dir).name}", height=320 * nrows)
+    return fig
+
+
+# --- tables ----------------------------------------------------------------------------------------------
+
+
+def scores_frame(scores: dict[str, dict[str, float]], paper: dict[str, dict] | None = None,
+                 benchmarks: list[str] | None = None):
+    """DataFrame of scores (%): one row per checkpoint, one column per benchmark; with ``paper``, two columns
+    per benchmark, ``ours`` and ``study`` (NaN where the study reports nothing)."""
+    import pandas as pd
+
+    benchmarks = benchmarks or BENCH_ORDER
+    if paper is None:
+        return pd.DataFrame({b: [scores[r].get(b) for r in scores] for b in benchmarks}, index=list(scores),
+                            dtype=float).rename_axis("checkpoint")
+    cols = pd.MultiIndex.from_product([benchmarks, ["ours", "study"]], names=["benchmark", ""])
+    data = [[v for b in benchmarks for v in (s.get(b), (paper.get(run) or {}).get(b))] for run, s in scores.items()]
+    return pd.DataFrame(data, index=list(scores), columns=cols, dtype=float).rename_axis("checkpoint")
+
+
+def stage_change_frame(scores: dict[str, dict[str, float]], before: str, after: str,
+                       paper: dict[str, dict] | None = None):
+    """What one stage changed, benchmark by benchmark: score before and after, the change, and the study's
+    before / after / change where it reports them."""
+    import pandas as pd
+
+    paper = paper or {}
+    rows = []
+    for b in BENCH_ORDER:
+        x, y = scores.get(before, {}).get(b), scores.get(after, {}).get(b)
+        px, py = (paper.get(before) or {}).get(b), (paper.get(after) or {}).get(b)
+        rows.append({"benchmark": b, "suite": BENCHMARKS[b].suite, "before": x, "after": y,
+                     "change": None if x is None or y is None else y - x,
+                     "study before": px, "study after": py,
+                     "study change": None if px is None or py is None else py - px})
+    return pd.DataFrame(rows).set_index("benchmark")
+
+
+def forgetting_frame(cfg):
+    """For each stage's own benchmark: its score right after its stage, its peak along the sequence, its final
+    score and the drop from the peak (a DataFrame; empty until the sequence has run)."""
+    import pandas as pd
+
     from acl_lib.envs import IN_DOMAIN
     from acl_lib.pipeline import checkpoint_names
 
@@ -140,40 +266,270 @@ def forgetting_table(cfg) -> str:
     scores = load_scores(cfg.seed_dir(), names)
     rows = forgetting_summary(scores, [n for n in names if n in scores],
                               {n: IN_DOMAIN[d] for n, d in zip(names, cfg.pipeline.curriculum)})
-    if not rows:
-        return "no complete sequential runs yet"
-    lines = [f"{'benchmark':<10} {'trained at':<14} {'after':>7} {'peak':>7} {'final':>7} {'drop':>7}"]
-    for r in rows:
-        lines.append(f"{r['benchmark']:<10} {r['trained_at']:<14} {r['after_stage'] or 0:>7.1f} {r['peak']:>7.1f} "
-                     f"{r['final'] or 0:>7.1f} {r['drop_from_peak']:>7.1f}")
-    return "\n".join(lines)
+    cols = ["benchmark", "trained_at", "after_stage", "peak", "final", "drop_from_peak"]
+    return pd.DataFrame(rows, columns=cols).set_index("benchmark")
 
 
-def read_train_logs(run_dir: str | Path) -> list[dict]:
-    """Rows of every ``*train_log*.jsonl`` under a run dir (one row per logging step: phase, step, loss, reward...)."""
+def failure_frame(eval_dir: str | Path, benchmarks: list[str] | None = None):
+    """Why episodes failed, per benchmark (from ``metrics.json``): reason, episodes, share of the benchmark's
+    episodes (%). Reasons are the environments' own (``wrong answer``, ``database differs from gold`` ...)."""
+    import pandas as pd
+
+    metrics = json.loads((Path(eval_dir) / "metrics.json").read_text())
     rows = []
-    for p in sorted(Path(run_dir).rglob("*train_log*.jsonl")):
-        for line in p.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                row.setdefault("phase", p.stem.replace("_train_log", "").replace("train_log", "") or "train")
-                rows.append(row)
-    return rows
+    for b, reasons in metrics.get("failures", {}).items():
+        if benchmarks and b not in benchmarks:
+            continue
+        total = metrics["n_tasks"][b] * metrics.get("k", 1)
+        for reason, count in reasons.items():
+            rows.append({"benchmark": b, "reason": reason, "episodes": count, "share": 100.0 * count / total})
+    return pd.DataFrame(rows, columns=["benchmark", "reason", "episodes", "share"])
 
 
-def training_curves(run_dir: str | Path):
-    """Plotly figure: loss and reward per step for each training phase logged in ``run_dir``."""
+def failure_figure(frame, title: str = "Why episodes failed (share of each benchmark's episodes, %)"):
+    """Stacked horizontal bars of :func:`failure_frame`: one bar per benchmark, one segment per reason."""
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
-    rows = read_train_logs(run_dir)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["loss", "reward"])
-    for phase in dict.fromkeys(r["phase"] for r in rows):
-        pts = [r for r in rows if r["phase"] == phase]
-        for col, key in ((1, "loss"), (2, "reward")):
-            xs = [r.get("step") for r in pts if r.get(key) is not None]
-            ys = [r[key] for r in pts if r.get(key) is not None]
-            if ys:
-                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{phase} {key}"), row=1, col=col)
-    fig.update_layout(title=f"Training curves: {Path(run_dir).name}", height=350)
+    fig = go.Figure()
+    for reason in dict.fromkeys(frame["reason"]):
+        part = frame[frame["reason"] == reason]
+        fig.add_trace(go.Bar(y=part["benchmark"], x=part["share"], name=reason[:60], orientation="h"))
+    fig.update_layout(barmode="stack", title=title, xaxis={"range": [0, 100], "title": "% of episodes"},
+                      height=160 + 28 * frame["benchmark"].nunique(), legend={"font": {"size": 10}})
     return fig
+
+
+# --- transcripts -----------------------------------------------------------------------------------------
+
+
+def read_records(eval_dir: str | Path, benchmark: str) -> list[dict]:
+    """The episode records of one benchmark (``<eval_dir>/records/<benchmark>.jsonl``)."""
+    path = Path(eval_dir) / "records" / f"{benchmark}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"no records for {benchmark!r}: {path} does not exist (was it evaluated?)")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Transcript:
+    """One episode, displayable: HTML in a notebook (the system prompt folded away), text elsewhere."""
+
+    MAX_CHARS = 700
+
+    def __init__(self, record: dict):
+        self.record = record
+
+    def _messages(self):
+        for m in self.record.get("messages", []):
+            content = m.get("content") or ""
+            for call in m.get("tool_calls") or []:
+                fn = call.get("function", call)
+                content += f"\n<tool_call> {fn.get('name')}({fn.get('arguments')})"
+            if len(content) > self.MAX_CHARS:
+                content = content[: self.MAX_CHARS] + f" ... [{len(content) - self.MAX_CHARS} more characters]"
+            yield m.get("role", "?"), m.get("name"), content.strip()
+
+    def header(self) -> str:
+        r = self.record
+        verdict = "success" if r.get("reward", 0) >= 1.0 - 1e-9 else f"failure: {r.get('failure')}"
+        return f"{r.get('benchmark')} · {r.get('id')} · reward {r.get('reward', 0):.2f} · {r.get('turns')} turns · {verdict}"
+
+    def __repr__(self) -> str:
+        lines = [self.header()]
+        for role, name, content in self._messages():
+            if role == "system":
+                content = content[:120] + " ..."
+            lines.append(f"[{role}{' ' + name if name else ''}] {content}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        import html
+
+        colors = {"system": "#eee", "user": "#e8f0fe", "assistant": "#e6f4ea", "tool": "#fef7e0"}
+        parts = [f"<div style='font-size:12px'><b>{html.escape(self.header())}</b>"]
+        for role, name, content in self._messages():
+            body = (f"<pre style='white-space:pre-wrap;margin:0;font-size:11px'>{html.escape(content)}</pre>")
+            label = html.escape(role + (f" ({name})" if name else ""))
+            if role == "system":
+                parts.append(f"<details><summary>system prompt</summary>{body}</details>")
+            else:
+                parts.append(f"<div style='background:{colors.get(role, '#fff')};padding:3px 6px;margin:2px 0'>"
+                             f"<b>{label}</b>{body}</div>")
+        return "".join(parts) + "</div>"
+
+
+def transcripts(eval_dir: str | Path, benchmark: str, successes: int = 1, failures: int = 1) -> list[Transcript]:
+    """The first ``successes`` successful and ``failures`` failed episodes of a benchmark (fewer when there
+    are not that many), as displayable :class:`Transcript` objects."""
+    records = read_records(eval_dir, benchmark)
+    ok = [r for r in records if r.get("reward", 0) >= 1.0 - 1e-9][:successes]
+    bad = [r for r in records if r.get("reward", 0) < 1.0 - 1e-9][:failures]
+    return [Transcript(r) for r in ok + bad]
+
+
+def show_transcripts(eval_dir: str | Path, benchmarks: list[str], successes: int = 1, failures: int = 1) -> None:
+    """Display a success and a failure (when there is one) of each benchmark, saying so when there is none."""
+    from IPython.display import Markdown, display
+
+    for b in benchmarks:
+        shown = transcripts(eval_dir, b, successes, failures)
+        n_ok = sum(t.record.get("reward", 0) >= 1.0 - 1e-9 for t in shown)
+        note = "" if n_ok else " (no successful episode to show)"
+        display(Markdown(f"**{b}**{note}"))
+        for t in shown:
+            display(t)
+
+
+# --- reading ---------------------------------------------------------------------------------------------
+
+
+def stage_reading(cfg, run) -> str:
+    """A short Markdown reading of one stage, computed from its scores and its input's: what its own benchmark
+    did (beside the study), what the other in-domain benchmarks did (forgetting), the largest out-of-domain
+    move and the commonest failure on its own benchmark. Changes within one task (100 / n_test points) are
+    called unchanged."""
+    from acl_lib.envs import IN_DOMAIN
+
+    domain = run.extra.get("domain")
+    before, after = run.inputs[0].name, run.name
+    scores = load_scores(cfg.seed_dir(), [before, after])
+    if after not in scores or before not in scores:
+        return f"*No scores yet for {after} and {before}: run the notebook first.*"
+    paper = paper_results()["sequential"]
+    own = IN_DOMAIN[domain]
+    one_task = 100.0 / max(1, cfg.worlds.n_test)
+
+    def move(b: str) -> tuple[float, float, float]:
+        x, y = scores[before].get(b, 0.0), scores[after].get(b, 0.0)
+        return x, y, y - x
+
+    def verb(d: float) -> str:
+        return "stayed level" if abs(d) <= one_task + 1e-9 else ("rose" if d > 0 else "fell")
+
+    x, y, d = move(own)
+    lines = [f"- **{own}** (this stage's benchmark) {verb(d)}: {x:.1f} -> {y:.1f} ({d:+.1f})."]
+    px, py = (paper.get(before) or {}).get(own), (paper.get(after) or {}).get(own)
+    if px is not None and py is not None:
+        lines[-1] += f" The study: {px:.1f} -> {py:.1f} ({py - px:+.1f})."
+    elif py is not None:
+        lines[-1] += f" The study reports {py:.1f} after this stage."
+    others = [b for b in IN_DOMAIN.values() if b != own]
+    moved = [(b, *move(b)) for b in others]
+    fell = [f"{b} {x:.1f} -> {y:.1f}" for b, x, y, d in moved if d < -one_task - 1e-9]
+    rose = [f"{b} {x:.1f} -> {y:.1f}" for b, x, y, d in moved if d > one_task + 1e-9]
+    lines.append("- Earlier and later stages' benchmarks: "
+                 + ("; ".join(filter(None, [("fell: " + ", ".join(fell)) if fell else "",
+                                            ("rose: " + ", ".join(rose)) if rose else ""]))
+                    or "none moved by more than one task") + ".")
+    ood = [b for b in BENCH_ORDER if BENCHMARKS[b].suite != "in_domain"]
+    if ood:
+        b, x, y, d = max(((b, *move(b)) for b in ood), key=lambda t: abs(t[3]))
+        lines.append(f"- Largest out-of-domain move: {b} {x:.1f} -> {y:.1f} ({d:+.1f})."
+                     if abs(d) > one_task + 1e-9 else "- Out of domain: no benchmark moved by more than one task.")
+    metrics = json.loads((run.path / "eval" / "metrics.json").read_text())
+    reasons = metrics.get("failures", {}).get(own) or {}
+    if reasons:
+        reason, count = max(reasons.items(), key=lambda kv: kv[1])
+        total = metrics["n_tasks"][own] * metrics.get("k", 1)
+        lines.append(f"- Commonest failure on {own}: *{reason}* ({count} of {total} episodes).")
+    lines.append(f"- One task of {cfg.worlds.n_test} is {one_task:.1f} points: smaller changes are noise at "
+                 "this size.")
+    return f"**What this run shows ({after}, {cfg.profile}, seed {cfg.seed})**\n\n" + "\n".join(lines)
+
+
+# --- recipes and phases ----------------------------------------------------------------------------------
+
+
+def recipe_frame(cfg, domain: str):
+    """The resolved training recipe of a stage (after ``pipeline.stage_overrides``): the ``sft`` and ``grpo``
+    settings a user would change, and whether the stage cold-starts."""
+    import pandas as pd
+
+    resolved = cfg.for_stage(domain).to_dict()
+    keys = {"sft": ["num_demos", "max_steps", "batch_size", "learning_rate", "max_length"],
+            "grpo": ["max_steps", "batch_size", "num_generations", "learning_rate", "max_turns",
+                     "max_completion_length"]}
+    rows = [{"setting": f"{section}.{k}", "value": resolved[section].get(k)}
+            for section, ks in keys.items() for k in ks if k in resolved[section]]
+    rows.insert(0, {"setting": "pipeline.cold_start", "value": bool(cfg.pipeline.cold_start.get(domain))})
+    return pd.DataFrame(rows).set_index("setting")
+
+
+def phases_frame(run_dir: str | Path):
+    """One row per training phase of a stage run (from ``stage.json``): steps, wall seconds, first and last
+    loss and reward, and for a cold start the demonstrations kept."""
+    import pandas as pd
+
+    info = json.loads((Path(run_dir) / "stage.json").read_text())
+    rows = []
+    for phase in ("sft", "grpo"):
+        s = info.get(phase)
+        if not s:
+            continue
+        row = {"phase": PHASE_TITLES[phase], "steps": s.get("steps"), "wall_s": s.get("wall_s"),
+               "first_loss": s.get("first_loss"), "last_loss": s.get("last_loss"),
+               "first_reward": s.get("first_reward"), "last_reward": s.get("last_reward")}
+        if phase == "sft" and info.get("demos"):
+            row["demos kept"] = f"{info['demos']['kept']} of {info['demos']['tried']}"
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("phase") if rows else pd.DataFrame()
+
+
+def oracle_gap_frame(cfg):
+    """Per domain: the oracle's score on its own benchmark, the sequential pipeline's final score on it, and
+    the gap (what sequential training loses against training on that domain alone), beside the study's."""
+    import pandas as pd
+
+    from acl_lib.envs import IN_DOMAIN
+    from acl_lib.pipeline import checkpoint_names
+
+    names = checkpoint_names(cfg, oracles=True)
+    final = [n for n in names if not n.startswith("oracle_") and n != "base"][-1]
+    scores = load_scores(cfg.seed_dir(), names)
+    paper = paper_results()["main_table"]
+    rows = []
+    for d in cfg.pipeline.curriculum:
+        b = IN_DOMAIN[d]
+        o, f = scores.get(f"oracle_{d}", {}).get(b), scores.get(final, {}).get(b)
+        po, pf = (paper.get(f"oracle_{d}") or {}).get(b), (paper.get("seq_final") or {}).get(b)
+        rows.append({"domain": d, "benchmark": b, "oracle": o, "sequential final": f,
+                     "gap": None if o is None or f is None else o - f, "study oracle": po,
+                     "study sequential final": pf, "study gap": None if po is None or pf is None else po - pf})
+    return pd.DataFrame(rows).set_index("domain")
+
+
+def sequence_reading(cfg) -> str:
+    """Markdown: the study's two claims about the sequence (F1: the final checkpoint ends below earlier peaks
+    on the earlier domains; F2: the e-commerce stage interferes most with math and search), checked on this
+    run's scores. Changes within one task are not counted."""
+    from acl_lib.envs import IN_DOMAIN
+    from acl_lib.pipeline import checkpoint_names
+
+    names = checkpoint_names(cfg, oracles=False)
+    scores = load_scores(cfg.seed_dir(), names)
+    if any(n not in scores for n in names):
+        return "*The sequence is not complete yet: run notebooks 00-04 first.*"
+    one_task = 100.0 / max(1, cfg.worlds.n_test)
+    seq = names[1:]
+    lines = []
+    below = []
+    for run, d in list(zip(seq, cfg.pipeline.curriculum))[:-1]:
+        b = IN_DOMAIN[d]
+        peak = max(scores[r].get(b, 0.0) for r in seq)
+        final = scores[seq[-1]].get(b, 0.0)
+        if peak - final > one_task + 1e-9:
+            below.append(f"{b} (peak {peak:.1f}, final {final:.1f})")
+    lines.append("- **F1** (the final checkpoint ends below earlier peaks on the earlier domains): "
+                 + (f"seen here on {', '.join(below)}." if below else
+                    "not seen here: no earlier domain's benchmark ends more than one task below its peak."))
+    drops = {}
+    for b in ("aime26", "nq"):
+        steps = [(seq[i], scores[names[i]].get(b, 0.0) - scores[seq[i]].get(b, 0.0)) for i in range(len(seq))]
+        stage, drop = max(steps, key=lambda t: t[1])
+        drops[b] = (stage, drop)
+    parts = [f"{b}: largest drop at {stage} ({drop:.1f} points)" if drop > one_task + 1e-9 else f"{b}: no drop"
+             for b, (stage, drop) in drops.items()]
+    ecom = [n for n, d in zip(seq, cfg.pipeline.curriculum) if d == "ecom"]
+    agree = all(stage in ecom and drop > one_task + 1e-9 for stage, drop in drops.values())
+    lines.append("- **F2** (the e-commerce stage interferes most with math and search): "
+                 + "; ".join(parts) + (". Agrees with the study." if agree else ". Differs from the study."))
+    return f"**The sequence, {cfg.profile} seed {cfg.seed}**\n\n" + "\n".join(lines)

@@ -55,6 +55,7 @@ import yaml
 
 from acl_lib.atomic import atomic_dir, atomic_write_text, write_json
 from acl_lib.config import Config
+from acl_lib.progress import NotProgress, current_run, library_output_to, progress_file_handler
 
 COMPLETE = "COMPLETE.json"
 RUNNING = "RUNNING.json"
@@ -283,12 +284,16 @@ class Run:
         self.write_json(
             RUNNING, {"pid": os.getpid(), "host": socket.gethostname(), "started_at": _now(), "config_hash": config_hash}
         )
+        # Every acl.* message during the run (stage notes, progress lines) goes to its run.log, and so does
+        # what the libraries print (trainer tables, warnings): the notebook cell keeps progress lines only.
         handler = logging.FileHandler(self.path / LOG)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        self.logger.addHandler(handler)
+        acl_logger = logging.getLogger("acl")
+        acl_logger.addHandler(handler)
         self.logger.info("run %s started (config %s) in %s", self.name, config_hash, self.path)
         try:
-            yield self
+            with current_run(self.name), library_output_to(self.path / LOG):
+                yield self
         except BaseException as exc:  # KeyboardInterrupt too: the run did not finish
             self.write_json(
                 FAILED,
@@ -316,7 +321,7 @@ class Run:
             (self.path / RUNNING).unlink(missing_ok=True)
             self.logger.info("run %s complete in %.1f s", self.name, duration)
         finally:
-            self.logger.removeHandler(handler)
+            acl_logger.removeHandler(handler)
             handler.close()
 
     def _supersede(self) -> None:
@@ -386,6 +391,10 @@ def _ensure_console_handler() -> None:
     if not root.handlers:
         h = logging.StreamHandler(sys.stderr)
         h.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+        h.addFilter(NotProgress())  # the live progress line shows those
         root.addHandler(h)
+        following = progress_file_handler()  # `acl run` follows this file
+        if following is not None:
+            root.addHandler(following)
         root.setLevel(logging.INFO)
         root.propagate = False

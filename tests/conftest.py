@@ -28,7 +28,7 @@ def write_notebook(path: Path, body: list[str], title: str = "Throwaway test not
     import nbformat
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-    params = 'profile = "smoke"  # config profile\nseed = 0  # run seed\noverrides = []  # --set strings'
+    params = 'profile = "mini"  # config profile\nseed = 0  # run seed\noverrides = []  # --set strings'
     cells = [
         new_markdown_cell(f"# {title}\n\n```\n{cmd}\n```"),
         new_code_cell(params, metadata={"tags": ["parameters"]}),

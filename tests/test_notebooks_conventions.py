@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 
 import pytest
@@ -40,9 +42,10 @@ def test_convention_checker_catches_each_violation(tmp_path):
     assert "first markdown cell" in mutated("03_a.ipynb", lambda nb: nb["cells"][0].update(source="# no command"))
     assert "exactly one cell tagged" in mutated("03_b.ipynb", lambda nb: nb["cells"][3]["metadata"].update(tags=["parameters"]))
     assert "outputs" in mutated("03_c.ipynb", lambda nb: nb["cells"][3].update(execution_count=4))
-    assert "does not define overrides" in mutated("03_d.ipynb", lambda nb: nb["cells"][1].update(source='profile = "smoke"\nseed = 0'))
-    assert "not a literal" in mutated("03_e.ipynb", lambda nb: nb["cells"][1].update(source='profile = "smoke"\nseed = 0\noverrides = list()'))
-    assert "cannot parse" in mutated("03_h.ipynb", lambda nb: nb["cells"][1].update(source='profile = "smoke"\nseed = 0\noverrides = []  # e.g. ["eval.k=4"]'))
+    assert "does not define overrides" in mutated("03_d.ipynb", lambda nb: nb["cells"][1].update(source='profile = "mini"\nseed = 0'))
+    assert "not a literal" in mutated("03_e.ipynb", lambda nb: nb["cells"][1].update(source='profile = "mini"\nseed = 0\noverrides = list()'))
+    assert "cannot parse" in mutated("03_h.ipynb", lambda nb: nb["cells"][1].update(source='profile = "mini"\nseed = 0\noverrides = []  # e.g. ["eval.k=4"]'))
+    assert "defaults to 'smoke'" in mutated("03_i.ipynb", lambda nb: nb["cells"][1].update(source='profile = "smoke"\nseed = 0\noverrides = []'))
     assert "load_config(profile, overrides, seed=seed)" in mutated("03_f.ipynb", lambda nb: nb["cells"][2].update(source="cfg = None"))
     (tmp_path / "03_g.ipynb").write_text("{not json")
     assert "not valid JSON" in " ".join(check_conventions(tmp_path / "03_g.ipynb"))
@@ -69,15 +72,73 @@ def test_strip_outputs_and_nbstrip_check(tmp_path):
     assert check.returncode == 0
 
 
+def _lab_save(src, dst):
+    """What opening a notebook in JupyterLab and saving it without running writes: the server's contents
+    manager round trip, with the kernel's display name and the ``language_info`` the kernel reports."""
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    shutil.copy(src, dst / src.name)
+    cm = FileContentsManager(root_dir=str(dst))
+    model = cm.get(src.name, content=True, type="notebook")
+    meta = model["content"]["metadata"]
+    meta["kernelspec"]["display_name"] = "Python 3 (ipykernel)"
+    meta["language_info"] = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                             "mimetype": "text/x-python", "name": "python", "version": "3.11.2"}
+    cm.save({"type": "notebook", "format": "json", "content": model["content"]}, src.name)
+    return dst / src.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_saving_in_lab_then_nbstrip_leaves_the_committed_bytes(tmp_path, path):
+    saved = _lab_save(path, tmp_path)
+    assert saved.read_bytes() != path.read_bytes(), "the Lab round trip should have changed something"
+    strip_outputs(saved)
+    assert saved.read_bytes() == path.read_bytes()
+
+
+def _stream_lines(cell: dict) -> int:
+    return sum("".join(o.get("text", "")).count("\n") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+
+
+SCREENFUL = 40  # log lines a cell may print; progress has its own one-line display
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not NOTEBOOKS, reason="no notebooks committed yet")
 def test_all_notebooks_execute_under_smoke(tmp_path):
+    """Every notebook executes; `acl run` reports notebook, run, step, loss or reward and time left line by
+    line; no cell buries its results under logs; nbconvert HTML carries every figure, with plotly.js inside."""
+    from nbconvert import HTMLExporter
+
+    from acl_lib.report import static_images_available
+
     pm, out = tmp_path / "papermill_runs", tmp_path / "outputs"
     res = subprocess.run(
         [*ACL, "run", "--profile", "smoke", "--seeds", "0", "--papermill-dir", str(pm), "--output-dir", str(out)],
         cwd=ROOT, capture_output=True, text=True, env=child_env(), timeout=3600,
     )
     assert res.returncode == 0, res.stderr[-5000:]
+    lines = res.stdout.splitlines()
+    assert f"[2/{len(NOTEBOOKS)}] 01_seq_stage_1.ipynb  (profile smoke, seed 0)" in lines
+    assert any(re.search(r"seq_search · sft: \d+/\d+ steps \(\d+%\) · loss [\d.]+", x) for x in lines), res.stdout[-3000:]
+    assert any(re.search(r"seq_search · grpo: \d+/\d+ steps .* reward [\d.]+", x) for x in lines), res.stdout[-3000:]
+    assert any(re.search(r"seq_if/eval · eval: \d+/\d+ episodes .*, ~\d+s left", x) for x in lines), res.stdout[-3000:]
+    # the same lines are in the run's log, with the trainer's own output
+    log = (out / "smoke" / "seed0" / "seq_search" / "run.log").read_text()
+    assert re.search(r"acl.progress: seq_search · sft: \d+/\d+ steps", log)
+
+    png = static_images_available()
     for nb in NOTEBOOKS:
-        state, _ = notebook_state(pm / "smoke" / "seed0" / nb.name)
+        executed = pm / "smoke" / "seed0" / nb.name
+        state, _ = notebook_state(executed)
         assert state == "done", f"{nb.name}: {state}"
+        cells = json.loads(executed.read_text())["cells"]
+        for i, cell in enumerate(cells):
+            assert _stream_lines(cell) <= SCREENFUL, f"{nb.name} cell {i}: {_stream_lines(cell)} log lines"
+        figures = [o for c in cells for o in c.get("outputs", []) if "application/vnd.plotly.v1+json" in o.get("data", {})]
+        assert figures, f"{nb.name} draws no figure"
+        html, _ = HTMLExporter().from_filename(str(executed))
+        assert html.count("Plotly.newPlot(") >= len(figures), f"{nb.name}: figures missing from the HTML"
+        assert "cdn.plot.ly" not in html and "plotly.js v" in html, f"{nb.name}: plotly.js not embedded"
+        if png:
+            assert html.count("data:image/png;base64") >= len(figures)

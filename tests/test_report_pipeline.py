@@ -28,12 +28,24 @@ def test_matrix_trajectories_and_forgetting(tmp_path):
     assert [t.name for t in fig.data] == ["ours", "study"]
 
 
-def test_training_curves_read_the_train_logs(tmp_path):
-    (tmp_path / "train_log.jsonl").write_text("\n".join(json.dumps({"step": i, "loss": 1.0 / i, "reward": i / 10})
-                                                        for i in range(1, 5)))
-    assert len(report.read_train_logs(tmp_path)) == 4
+def test_training_curves_draw_each_phase_on_its_own_steps(tmp_path):
+    sft = tmp_path / "checkpoints" / "sft"
+    sft.mkdir(parents=True)
+    (sft / "train_log.jsonl").write_text("\n".join(json.dumps({"step": i, "job": "sft", "loss": 3.0 / i})
+                                                   for i in range(1, 41)))
+    (tmp_path / "train_log.jsonl").write_text("\n".join(json.dumps({"step": i, "job": "grpo", "loss": 0.01,
+                                                                    "reward": i / 10}) for i in range(1, 5)))
+    rows = report.read_train_logs(tmp_path)
+    assert [r["phase"] for r in rows].count("sft") == 40 and [r["phase"] for r in rows].count("grpo") == 4
     fig = report.training_curves(tmp_path)
-    assert {t.name for t in fig.data} == {"train loss", "train reward"}
+    assert [a.text for a in fig.layout.annotations] == ["SFT cold start: loss", "GRPO: reward", "GRPO: loss"]
+    sft_trace, reward_trace = fig.data[0], fig.data[1]
+    assert list(sft_trace.x) == list(range(1, 41)) and list(reward_trace.x) == [1, 2, 3, 4]  # own steps each
+    assert sft_trace.xaxis != reward_trace.xaxis
+
+
+def test_a_run_without_training_logs_says_so(tmp_path):
+    assert "no training log" in report.training_curves(tmp_path).layout.title.text
 
 
 def test_run_names_follow_the_curriculum(tmp_path):

@@ -243,7 +243,7 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
 
     Tasks are drawn with the world seed ``cfg.worlds.seed`` (the same benchmark for every training seed).
     """
-    from tqdm.auto import tqdm
+    from acl_lib.progress import Progress
 
     suites = suites or cfg.eval.suites
     if k is not None and k < 1:
@@ -266,7 +266,7 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
     results: dict[str, dict] = {}
     per_bench_seconds = {}
     sizes = {b.key: (cfg.worlds.n_test if b.suite == "in_domain" else cfg.worlds.n_ood) for b in benches}
-    with tqdm(total=sum(sizes[b.key] * k for b in benches), desc=f"eval {Path(str(model)).name}", unit="ep") as bar:
+    with Progress(sum(sizes[b.key] * k for b in benches), "eval", unit="episode") as bar:
         for b in benches:
             tb = time.perf_counter()
             if b.env not in envs:
@@ -278,7 +278,8 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
             per_bench_seconds[b.key] = round(time.perf_counter() - tb, 2)
             results[b.key] = summary
             _write_jsonl(out / "records" / f"{b.key}.jsonl", records)
-            bar.set_postfix_str(f"{b.key}={summary['score']:.1f}")
+            bar.stats.clear()  # the line shows the last benchmark's score
+            bar.update(0, **{b.key: round(summary["score"], 1)})
     elapsed = time.perf_counter() - t0
     metrics = {
         "scores": {key: round(r["score"], 2) for key, r in results.items()},

@@ -96,7 +96,7 @@ def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_ra
         seed=cfg.seed,
         data_seed=cfg.seed,
         dataloader_num_workers=0,
-        disable_tqdm=False,
+        disable_tqdm=True,  # progress: show_progress() (one line per job, not a redraw per step)
     )
     ds_config = os.environ.get(DS_CONFIG_ENV)
     if ds_config:
@@ -167,6 +167,45 @@ def make_jsonl_logger(path: Path, tokens_per_step: int | None = None, extra: dic
                 f.write(json.dumps(rec) + "\n")
 
     return JsonlLogger()
+
+
+def show_progress(trainer, desc: str):
+    """Replace the trainer's own progress display (a tqdm bar in a terminal, a table of every logged step in a
+    notebook) and its printer of log dicts by one ``acl_lib.progress.Progress`` line: steps done of the total,
+    the last loss or reward, the time left. The log records themselves are in ``train_log.jsonl``."""
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from transformers.utils.notebook import NotebookProgressCallback
+
+    from acl_lib.progress import Progress
+
+    class ProgressLine(TrainerCallback):
+        def __init__(self):
+            self.bar = None
+
+        def on_train_begin(self, args, state, control, **kw):
+            if state.is_world_process_zero:
+                self.bar = Progress(state.max_steps, desc, unit="step", initial=state.global_step)
+
+        def on_step_end(self, args, state, control, **kw):
+            if self.bar is not None:
+                self.bar.set(state.global_step, log=False)  # the log line waits for the step's loss (on_log)
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if self.bar is not None and logs:
+                stats = {k: float(logs[k]) for k in ("loss", "reward") if isinstance(logs.get(k), (int, float))}
+                if stats:
+                    self.bar.set(state.global_step, **stats)
+
+        def on_train_end(self, args, state, control, **kw):
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+
+    for cb in (PrinterCallback, ProgressCallback, NotebookProgressCallback):
+        trainer.remove_callback(cb)
+    trainer.add_callback(ProgressLine())
+    return trainer
 
 
 def read_log(path: Path) -> list[dict]:

@@ -92,6 +92,7 @@ def train_grpo(cfg, model_dir: str | Path, domain: str, out_dir: str | Path, env
     tasks = tasks if tasks is not None else env.tasks("train", cfg.worlds.n_train, seed=cfg.seed)
     log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "grpo", "domain": domain})
     trainer = build_trainer(cfg, model_dir, env, tasks, out_dir, callbacks=[log])
+    common.show_progress(trainer, "grpo")
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=common.last_checkpoint(out_dir))
     wall = time.perf_counter() - t0

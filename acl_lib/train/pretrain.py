@@ -104,6 +104,7 @@ def _train(cfg, model, tok, blocks, out_dir: Path, *, max_steps, batch_size, lr,
                                               extra={"job": "pretrain", "phase": phase}))
     trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=default_data_collator,
                       processing_class=tok, callbacks=callbacks)
+    common.show_progress(trainer, "pretrain" if phase == "corpus" else phase.replace("_", " "))
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=common.last_checkpoint(out_dir))
     wall = time.perf_counter() - t0

@@ -121,6 +121,7 @@ def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_
     log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "sft"})
     trainer = SFTTrainer(model=model, args=sft_args(cfg, out_dir), train_dataset=Dataset.from_list(rows),
                          processing_class=tok, callbacks=[log])
+    common.show_progress(trainer, "sft")
     if len(trainer.train_dataset) == 0:  # TRL drops rows whose assistant turns were all cut off
         raise ValueError(f"all {len(rows)} SFT conversations lost every assistant token to truncation at "
                          f"sft.max_length={cfg.sft.max_length} tokens; raise sft.max_length")
