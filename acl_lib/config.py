@@ -126,6 +126,8 @@ class PretrainConfig(_Section):
 
 
 # Default weights of the mini math world's difficulty levels 1-4 per split (``WorldsConfig.math_levels``).
+RETAIL_KINDS = ("order_status", "order_total", "cancel", "modify_order_address", "modify_user_address",
+                "modify_payment", "modify_items", "return", "exchange")
 DEFAULT_MATH_LEVELS = {"train": [4, 3, 2, 1], "test": [1, 2, 3, 4]}
 
 
@@ -148,6 +150,20 @@ class WorldsConfig(_Section):
     # Mini math world: the largest number a generator draws (0 = each generator's own range, up to 99).
     # A small cap keeps the arithmetic a table small enough for the mini model (see the mini profile).
     math_max_operand: int = Field(0, ge=0)
+    # Mini retail world: the task kinds generated (all nine by default: order status and total, cancel,
+    # modify order address, modify user address, modify payment, modify items, return, exchange) and how the
+    # simulated users identify themselves ("any": e-mail or name + zip, half each; "email": e-mail only).
+    # Fewer kinds make shorter, easier episodes; the 16 tools, the tau2 schema and the reward stay the same.
+    retail_kinds: list[str] = Field(default_factory=lambda: list(RETAIL_KINDS))
+    retail_auth: Literal["any", "email"] = "any"
+
+    @field_validator("retail_kinds")
+    @classmethod
+    def _check_retail_kinds(cls, v: list[str]) -> list[str]:
+        unknown = [k for k in v if k not in RETAIL_KINDS]
+        if unknown or not v:
+            raise ValueError(f"retail_kinds must be a non-empty subset of {list(RETAIL_KINDS)}, got {v}")
+        return v
 
     @field_validator("math_max_operand")
     @classmethod

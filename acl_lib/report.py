@@ -324,6 +324,8 @@ class Transcript:
             for call in m.get("tool_calls") or []:
                 fn = call.get("function", call)
                 content += f"\n<tool_call> {fn.get('name')}({fn.get('arguments')})"
+            for raw in m.get("malformed_calls") or []:
+                content += f"\n<tool_call, malformed> {raw.strip()}"
             if len(content) > self.MAX_CHARS:
                 content = content[: self.MAX_CHARS] + f" ... [{len(content) - self.MAX_CHARS} more characters]"
             yield m.get("role", "?"), m.get("name"), content.strip()
@@ -533,3 +535,104 @@ def sequence_reading(cfg) -> str:
     lines.append("- **F2** (the e-commerce stage interferes most with math and search): "
                  + "; ".join(parts) + (". Agrees with the study." if agree else ". Differs from the study."))
     return f"**The sequence, {cfg.profile} seed {cfg.seed}**\n\n" + "\n".join(lines)
+
+
+# --- the README's results section ------------------------------------------------------------------------
+
+
+def _md_table(header: list[str], rows: list[list]) -> str:
+    def cell(v):
+        if v is None or (isinstance(v, float) and v != v):
+            return "-"
+        return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def results_markdown(cfg) -> str:
+    """The results section of the README, from the run store of ``cfg`` (profile, seed): every checkpoint's
+    scores (this stage's own benchmark in bold), the study's in-domain figures beside the final and the
+    oracles, each stage's lift and the forgetting, the wall time of the runs, and which code made them (the
+    commits recorded in the runs' ``COMPLETE.json``) and when."""
+    from acl_lib.envs import IN_DOMAIN
+    from acl_lib.pipeline import checkpoint_names
+
+    names = checkpoint_names(cfg, oracles=True)
+    scores = load_scores(cfg.seed_dir(), names)
+    if not scores:
+        raise FileNotFoundError(f"no evaluated runs in {cfg.seed_dir()}: run the notebooks first (acl run)")
+    done, durations, codes = [], {}, set()
+    for n in names:
+        for part in (n, f"{n}/eval"):
+            p = cfg.seed_dir() / part / "COMPLETE.json"
+            if p.exists():
+                c = json.loads(p.read_text())
+                done.append(c["finished_at"])
+                durations[part] = c.get("duration_s", 0.0)
+                codes.add(c.get("code") or "unrecorded")
+    own = {f"seq_{d}": IN_DOMAIN[d] for d in IN_DOMAIN} | {f"oracle_{d}": IN_DOMAIN[d] for d in IN_DOMAIN}
+    rows = []
+    for run, s in scores.items():
+        row = [run]
+        for b in BENCH_ORDER:
+            v = s.get(b)
+            row.append("-" if v is None else (f"**{v:.1f}**" if own.get(run) == b else f"{v:.1f}"))
+        rows.append(row)
+    out = [f"Profile `{cfg.profile}`, seed {cfg.seed}, world seed {cfg.worlds.seed}; runs finished "
+           f"{min(done)[:10]} to {max(done)[:10]}; code {', '.join(sorted(codes))}. Scores in percent "
+           f"({cfg.worlds.n_test} in-domain and {cfg.worlds.n_ood} out-of-domain tasks per benchmark, k={cfg.eval.k}, "
+           f"temperature {cfg.eval.temperature}); in bold, the benchmark the run trained for.", "",
+           _md_table(["run"] + BENCH_ORDER, rows), ""]
+    paper = paper_results()["main_table"]
+    seq = [n for n in names if n.startswith("seq")]
+    final = seq[-1] if seq else None
+    cmp_rows = []
+    for run, label in [(final, "seq_final")] + [(f"oracle_{d}", f"oracle_{d}") for d in cfg.pipeline.curriculum]:
+        if run in scores:
+            theirs = paper.get(label) or {}
+            cmp_rows.append([f"{run} (final)" if run == final else run]
+                            + [f"{scores[run].get(b, float('nan')):.1f} ("
+                               + (f"{theirs[b]:.1f}" if b in theirs else "-") + ")" for b in IN_DOMAIN.values()])
+    if cmp_rows:
+        out += ["Beside the study (ours, then the study's in parentheses; in-domain benchmarks):", "",
+                _md_table(["run"] + list(IN_DOMAIN.values()), cmp_rows), ""]
+    lifts = []
+    prev = "base"
+    for run, d in zip(seq, cfg.pipeline.curriculum):
+        b = IN_DOMAIN[d]
+        if run in scores and prev in scores:
+            lifts.append(f"{run} {b} {scores[prev].get(b, 0):.1f} -> {scores[run].get(b, 0):.1f}")
+        prev = run
+    if lifts:
+        out.append("Each stage on its own benchmark, from the checkpoint it started from: " + "; ".join(lifts) + ".")
+    forgetting = forgetting_frame(cfg)
+    if len(forgetting):
+        drops = [f"{b} {r.peak:.1f} -> {r.final:.1f}" for b, r in forgetting.iterrows()]
+        out.append(f"Peak along the sequence -> final ({final}): " + "; ".join(drops) + ".")
+    train_s = sum(v for k, v in durations.items() if not k.endswith("/eval"))
+    eval_s = sum(v for k, v in durations.items() if k.endswith("/eval"))
+    out.append(f"Run time of these runs: {(train_s + eval_s) / 60:.1f} min ({train_s / 60:.1f} training, "
+               f"{eval_s / 60:.1f} evaluation).")
+    return "\n".join(out)
+
+
+RESULTS_BEGIN = "<!-- results:begin"
+RESULTS_END = "<!-- results:end -->"
+
+
+def write_results_section(readme: str | Path, cfg) -> str:
+    """Replace the text between the results markers of ``readme`` with :func:`results_markdown`; returns it."""
+    readme = Path(readme)
+    text = readme.read_text()
+    if RESULTS_BEGIN not in text or RESULTS_END not in text:
+        raise ValueError(f"{readme} has no '{RESULTS_BEGIN} ... -->' / '{RESULTS_END}' markers")
+    head, rest = text.split(RESULTS_BEGIN, 1)
+    marker_line, _ = rest.split("-->", 1)
+    _, tail = rest.split(RESULTS_END, 1)
+    body = results_markdown(cfg)
+    from acl_lib.atomic import atomic_write_text
+
+    atomic_write_text(readme, f"{head}{RESULTS_BEGIN}{marker_line}-->\n{body}\n{RESULTS_END}{tail}")
+    return body

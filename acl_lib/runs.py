@@ -316,6 +316,7 @@ class Run:
                     "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
                     "finished_at": _now(),
                     "duration_s": round(duration, 3),
+                    "code": code_version(),
                 },
             )
             (self.path / RUNNING).unlink(missing_ok=True)
@@ -363,6 +364,28 @@ class Run:
 
     def __repr__(self) -> str:
         return f"Run({self.name!r}, path={str(self.path)!r}, status={self.status()!r})"
+
+
+_CODE_VERSION: list[str | None] = []
+
+
+def code_version() -> str | None:
+    """The commit of the suite's checkout this process runs (``+dirty`` with uncommitted changes), or None
+    outside a git checkout; recorded in ``COMPLETE.json`` so that a results table can say which code made it."""
+    if not _CODE_VERSION:
+        import subprocess
+
+        root = Path(__file__).resolve().parents[1]
+        try:
+            rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                                 text=True, timeout=10)
+            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=10)
+            version = rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "") if rev.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            version = None
+        _CODE_VERSION.append(version)
+    return _CODE_VERSION[0]
 
 
 def run_once(run: Run, fn: Callable[[Run], Any], force: bool = False) -> Run:

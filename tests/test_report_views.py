@@ -108,5 +108,5 @@ def test_saved_figures_work_offline(tmp_path):
     written = report.save_figure(go.Figure(go.Bar(x=[1], y=[2])), tmp_path / "figures" / "f")
     html = written[0].read_text()
     assert (tmp_path / "figures" / "plotly.min.js").stat().st_size > 1_000_000
-    assert 'src="plotly.min.js"' in html and "cdn.plot.ly" not in html
+    assert 'src="plotly.min.js"' in html and 'src="https://cdn.plot.ly' not in html
     assert (len(written) == 2) == report.static_images_available()

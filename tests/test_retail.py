@@ -452,3 +452,25 @@ def test_episode_never_raises_on_model_text(texts):
         assert all(isinstance(m["content"], str) for m in obs)
     r = ep.reward()
     assert 0.0 <= r <= 1.0
+
+
+def test_the_mini_world_can_be_restricted_to_some_task_kinds_and_email_identification():
+    from acl_lib.config import ConfigError, load_config
+    from acl_lib.envs.retail import RetailEnv
+
+    cfg = load_config("mini", ["worlds.retail_kinds=[order_status,cancel]", "worlds.retail_auth=email"])
+    env = RetailEnv(cfg.worlds, seed=0)
+    tasks = env.tasks("test", 24, seed=0)
+    assert {t.meta["kind"] for t in tasks} == {"order_status", "cancel"}
+    assert all(t.answer["actions"][0]["name"] == "find_user_id_by_email" for t in tasks)
+    # every task still passes with the expert, on the same 16 tools and database-equality reward
+    from acl_lib.eval.harness import ExpertPolicy, run_episodes
+
+    episodes = [env.start(t, max_turns=16) for t in tasks]
+    run_episodes(ExpertPolicy(), episodes)
+    assert [e.reward() for e in episodes] == [1.0] * len(tasks)
+    assert len(tasks[0].tools) == 16
+    default = RetailEnv(load_config("mini", []).worlds, seed=0).tasks("test", 24, seed=0)
+    assert len({t.meta["kind"] for t in default}) > 2
+    with pytest.raises(ConfigError, match="retail_kinds"):
+        load_config("mini", ["worlds.retail_kinds=[refund_everything]"])

@@ -131,7 +131,8 @@ _KILLED_SCRIPT = textwrap.dedent(
         ckpt.mkdir()
         (ckpt / "weights.bin").write_text("step 1")
         (run.path / "partial_output.txt").write_text("half")
-        print("READY", flush=True)
+        # the process's own stdout: inside a run, print() goes to the run's log (acl_lib.progress)
+        print("READY", file=sys.__stdout__, flush=True)
         time.sleep(120)
 
     run_once(Run(cfg, "slow"), slow)

@@ -253,6 +253,9 @@ class ToolEpisode(Episode):
         good = [c for c in parsed.calls if isinstance(c, ToolCall)]
         if good:
             msg["tool_calls"] = [c.to_message() for c in good]
+        bad = [c.raw for c in parsed.calls if isinstance(c, ToolCallError)]
+        if bad:  # kept for the record (transcripts): what the model wrote; chat templates ignore the key
+            msg["malformed_calls"] = bad
         self.messages.append(msg)
         if parsed.has_calls:
             obs = []

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from acl_lib.chat import format_tool_call
-from acl_lib.config import ConfigError, WorldsConfig
+from acl_lib.config import RETAIL_KINDS, ConfigError, WorldsConfig
 from acl_lib.envs.base import Environment, Task
 from acl_lib.envs.desk import CLOSING, Desk, DeskEpisode, ask_detail, planned_turn
 from acl_lib.envs.retail_db import (
@@ -191,8 +191,7 @@ def generate_world(seed: int, n_products: tuple[int, int] = (8, 15), n_users: tu
 
 # --- mini task generation -------------------------------------------------------------------------
 
-KINDS = ["order_status", "order_total", "cancel", "modify_order_address", "modify_user_address",
-         "modify_payment", "modify_items", "return", "exchange"]
+KINDS = list(RETAIL_KINDS)  # order status / total, cancel, modify order address, modify user address, ...
 BASE_DIFFICULTY = {"order_status": 1, "order_total": 1, "cancel": 2, "modify_order_address": 2,
                    "modify_user_address": 2, "modify_payment": 3, "return": 3, "modify_items": 4, "exchange": 4}
 REASON_PHRASES = {"no longer needed": "I no longer need it", "ordered by mistake": "I ordered it by mistake"}
@@ -233,12 +232,13 @@ def _pay_choice(rng: random.Random, user: dict, amount: float, exclude: str | No
     return rng.choice(ok) if ok else None
 
 
-def make_task(db: dict, user_id: str, kind: str, rng: random.Random) -> dict | None:
+def make_task(db: dict, user_id: str, kind: str, rng: random.Random, auth: str = "any") -> dict | None:
     """One task in the tau2 task schema plus a ``scenario`` for ``RuleUser`` (None if ``user_id`` has
-    no order that fits ``kind``). Gold actions carry no ``action_id`` yet."""
+    no order that fits ``kind``). ``auth``: "any" (e-mail or name + zip) or "email". Gold actions carry no
+    ``action_id`` yet."""
     user = db["users"][user_id]
     first, last = user["name"]["first_name"], user["name"]["last_name"]
-    by_email = rng.random() < 0.5
+    by_email = rng.random() < 0.5 or auth == "email"  # the draw is made either way: the rest of the task is the same
     auth = {"email": user["email"]} if by_email else {"name": f"{first} {last}", "zip": user["address"]["zip"]}
     find = (_action("find_user_id_by_email", email=user["email"]) if by_email else
             _action("find_user_id_by_name_zip", first_name=first, last_name=last, zip=user["address"]["zip"]))
@@ -350,18 +350,21 @@ def _split_users(db: dict, world_seed: int) -> dict[str, list[str]]:
     return {"test": sorted(ids[:n_test]), "train": sorted(ids[n_test:])}
 
 
-def generate_tasks(db: dict, world_seed: int, split: str, n: int, seed: int = 0) -> list[dict]:
+def generate_tasks(db: dict, world_seed: int, split: str, n: int, seed: int = 0, kinds: list[str] | None = None,
+                   auth: str = "any") -> list[dict]:
     """``n`` distinct mini tasks of ``split`` (tau2 schema + ``scenario``), deterministic in every argument.
 
     Task ``i`` depends on (world_seed, split, seed, i) and the tasks before it only through de-duplication.
+    ``kinds``: the task kinds to draw from (default: all of ``KINDS``); ``auth``: see ``make_task``.
     """
+    kinds = list(kinds or KINDS)
     users = _split_users(db, world_seed)[split]
     out, seen = [], set()
     for i in range(n):
         rng = random.Random(f"retail-task:{world_seed}:{split}:{seed}:{i}")
         task = None
         for _ in range(200):
-            cand = make_task(db, rng.choice(users), rng.choice(KINDS), rng)
+            cand = make_task(db, rng.choice(users), rng.choice(kinds), rng, auth)
             if cand is None:
                 continue
             key = json.dumps([cand["scenario"], cand["evaluation_criteria"]["actions"]], sort_keys=True)
@@ -371,7 +374,7 @@ def generate_tasks(db: dict, world_seed: int, split: str, n: int, seed: int = 0)
                 break
         if task is None:  # the split is exhausted: keep going with repeats rather than return fewer
             while task is None:
-                task = make_task(db, rng.choice(users), rng.choice(KINDS), rng)
+                task = make_task(db, rng.choice(users), rng.choice(kinds), rng, auth)
         tid = f"mini{world_seed}-{split}-{seed}-{i}"
         task["id"] = tid
         for j, a in enumerate(task["evaluation_criteria"]["actions"]):
@@ -452,7 +455,8 @@ class RetailEnv(Environment):
                 chosen = set(random.Random(f"retail-paper:{split}:{seed}").sample(ids, n))
                 ids = [i for i in ids if i in chosen]
             return [to_task(self._paper_tasks[i], bench, self.policy, None, "tau2", self.tool_schemas) for i in ids]
-        raw = generate_tasks(self.world(), self.seed, split, n, seed)
+        raw = generate_tasks(self.world(), self.seed, split, n, seed, kinds=self.worlds.retail_kinds,
+                             auth=self.worlds.retail_auth)
         return [to_task(t, bench, self.policy, self.seed, "mini", self.tool_schemas) for t in raw]
 
     def start(self, task: Task, max_turns: int = 16) -> DeskEpisode:

@@ -1,0 +1,35 @@
+"""Write the README's results section from a run store.
+
+    python tools/readme_results.py                       # profile mini, seed 0, outputs/
+    python tools/readme_results.py --output-dir /tmp/run/outputs --profile mini --seed 0
+
+Replaces what lies between the README's `<!-- results:begin ... -->` and `<!-- results:end -->` markers with
+the scores, the study's figures beside them, the lifts, the forgetting, the run time, and the commits that made
+the runs (acl_lib.report.results_markdown). Nothing in that section is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from acl_lib import report
+from acl_lib.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="mini")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--output-dir", default=None, help="run store root (default: the profile's output_dir)")
+    ap.add_argument("--readme", default=str(ROOT / "README.md"))
+    args = ap.parse_args()
+    overrides = [f"output_dir={Path(args.output_dir).resolve()}"] if args.output_dir else []
+    cfg = load_config(args.profile, overrides, seed=args.seed)
+    print(report.write_results_section(args.readme, cfg))
+
+
+if __name__ == "__main__":
+    main()
