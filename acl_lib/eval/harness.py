@@ -90,6 +90,22 @@ class HFPolicy:
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
         self.generated_tokens = 0
         self.generate_seconds = 0.0
+        # What generation costs (benchmarks/throughput.py): prompt tokens encoded, of which re-encode a prefix
+        # this episode's previous turn had already encoded (its prompt and its generated tokens), pad tokens
+        # encoded, and the shape of every generate call: (rows, prompt width, new tokens).
+        self.stats = {"prompt_tokens": 0, "reencoded_tokens": 0, "pad_tokens": 0, "calls": []}
+        self._seen: dict[tuple[int, str], list[int]] = {}
+
+    def _count(self, task: Task, messages: list[dict], ids: list[int]) -> None:
+        key = (id(messages), task.id)  # the episode's own message list: stable across its turns
+        before = self._seen.get(key, [])
+        common = 0
+        for a, b in zip(before, ids):
+            if a != b:
+                break
+            common += 1
+        self.stats["prompt_tokens"] += len(ids)
+        self.stats["reencoded_tokens"] += common
 
     def render(self, task: Task, messages: list[dict]) -> str:
         return self.tok.apply_chat_template(
@@ -101,6 +117,8 @@ class HFPolicy:
 
         prompts = [self.render(t, m) for t, m in batch]
         ids = [self.tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        for (t, m), x in zip(batch, ids):
+            self._count(t, m, x)
         out: list[str | None] = [None] * len(batch)
         limit = self.max_context - self.max_new_tokens
         order = sorted((i for i in range(len(batch)) if len(ids[i]) <= limit), key=lambda i: len(ids[i]))
@@ -130,11 +148,15 @@ class HFPolicy:
                 )
             self.generate_seconds += time.perf_counter() - t0
             new = gen[:, width:]
+            self.stats["pad_tokens"] += sum(width - len(ids[i]) for i in chunk)
+            self.stats["calls"].append((len(chunk), width, int(new.shape[1])))
             for row, i in enumerate(chunk):
                 toks = new[row].tolist()
                 if eos in toks:
                     toks = toks[: toks.index(eos)]
                 self.generated_tokens += len(toks)
+                task, messages = batch[i]
+                self._seen[(id(messages), task.id)] = ids[i] + toks
                 out[i] = self.tok.decode(toks, skip_special_tokens=True)
         return out
 

@@ -1,0 +1,112 @@
+"""Throughput of evaluation: what the harness encodes and generates, beside raw batched ``generate``.
+
+    python benchmarks/throughput.py MODEL_DIR [--profile mini] [--benchmarks retail telecom ...] [--json FILE]
+
+For each benchmark (default: all of the suite) it runs the harness's evaluation of ``MODEL_DIR`` and reports
+episodes, assistant turns, prompt tokens encoded, the share of those that re-encode a prefix the same episode
+had already encoded (its previous prompt and what it generated), pad tokens, tokens generated and wall seconds.
+Then it replays every ``generate`` call of that benchmark as raw batched ``generate`` on the same model, with the
+same rows, prompt width and number of new tokens (random token ids; ``min_new_tokens`` makes every row generate
+them all), and gives both throughputs in generated tokens per second and their ratio. The table is printed; the
+numbers go to ``--json`` (default ``outputs/benchmarks/throughput-<model name>.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def raw_generate_seconds(model, calls: list[tuple[int, int, int]], vocab: int, pad: int, seed: int = 0) -> float:
+    """Seconds raw ``generate`` takes for ``calls`` = [(rows, prompt width, new tokens)], greedy."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    total = 0.0
+    for rows, width, new in calls:
+        ids = torch.randint(10, vocab, (rows, width), generator=g)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                           min_new_tokens=new, do_sample=False, pad_token_id=pad)
+        total += time.perf_counter() - t0
+    return total
+
+
+def measure(cfg, model_dir: str, benchmarks: list[str]) -> list[dict]:
+    from acl_lib.envs import BENCHMARKS
+    from acl_lib.eval.harness import HFPolicy, evaluate_benchmark, world
+    from acl_lib.seeding import seed_and_threads
+
+    seed_and_threads(cfg.seed, cfg.torch_threads)
+    rows = []
+    for key in benchmarks:
+        bench = BENCHMARKS[key]
+        policy = HFPolicy(model_dir, cfg.eval.max_new_tokens, cfg.eval.temperature, cfg.eval.top_p,
+                          cfg.eval.batch_size, dtype=cfg.model.dtype)
+        env = world(cfg, bench.env)
+        n = cfg.worlds.n_test if bench.suite == "in_domain" else cfg.worlds.n_ood
+        t0 = time.perf_counter()
+        summary, records = evaluate_benchmark(policy, bench, env, n, 1, cfg.eval.max_turns, task_seed=cfg.worlds.seed,
+                                              batch_size=max(cfg.eval.batch_size, 1) * 4)
+        wall = time.perf_counter() - t0
+        st = policy.stats
+        raw_s = raw_generate_seconds(policy.model, st["calls"], len(policy.tok), policy.tok.pad_token_id)
+        raw_tokens = sum(r * new for r, _, new in st["calls"])
+        harness_tps = policy.generated_tokens / wall if wall else 0.0
+        raw_tps = raw_tokens / raw_s if raw_s else 0.0
+        rows.append({
+            "benchmark": key, "score": round(summary["score"], 2), "episodes": len(records),
+            "turns": sum(r["turns"] for r in records), "prompt_tokens": st["prompt_tokens"],
+            "reencoded_share": round(st["reencoded_tokens"] / max(1, st["prompt_tokens"]), 4),
+            "pad_tokens": st["pad_tokens"], "generated_tokens": policy.generated_tokens,
+            "generate_calls": len(st["calls"]), "wall_s": round(wall, 2), "generate_s": round(policy.generate_seconds, 2),
+            "harness_tokens_per_s": round(harness_tps, 1), "raw_generate_tokens_per_s": round(raw_tps, 1),
+            "ratio": round(harness_tps / raw_tps, 3) if raw_tps else None,
+        })
+        r = rows[-1]
+        print(f"{key:<11} {r['episodes']:>4} {r['turns']:>5} {r['prompt_tokens']:>9} {100 * r['reencoded_share']:>7.1f}% "
+              f"{r['pad_tokens']:>8} {r['generated_tokens']:>7} {r['wall_s']:>7.1f} {r['harness_tokens_per_s']:>8.1f} "
+              f"{r['raw_generate_tokens_per_s']:>8.1f} {r['ratio'] or 0:>6.2f}", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model_dir")
+    ap.add_argument("--profile", default="mini")
+    ap.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--benchmarks", nargs="*", default=None)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    from acl_lib.config import load_config
+    from acl_lib.envs import BENCHMARKS
+    from acl_lib.progress import _hf_progress_bars
+
+    _hf_progress_bars(False)
+    cfg = load_config(args.profile, args.overrides, seed=0)
+    benchmarks = args.benchmarks or list(BENCHMARKS)
+    unknown = [b for b in benchmarks if b not in BENCHMARKS]
+    if unknown:
+        ap.error(f"unknown benchmark(s) {unknown}; known: {list(BENCHMARKS)}")
+    print(f"model {args.model_dir}, profile {args.profile}: eval.batch_size {cfg.eval.batch_size}, "
+          f"max_new_tokens {cfg.eval.max_new_tokens}, max_turns {cfg.eval.max_turns}")
+    print(f"{'benchmark':<11} {'eps':>4} {'turns':>5} {'prompt_tok':>9} {'re-enc':>8} {'pad_tok':>8} {'gen_tok':>7} "
+          f"{'wall_s':>7} {'tok/s':>8} {'raw tok/s':>8} {'ratio':>6}")
+    rows = measure(cfg, args.model_dir, benchmarks)
+    total = {"wall_s": round(sum(r["wall_s"] for r in rows), 1),
+             "reencoded_share": round(sum(r["reencoded_share"] * r["prompt_tokens"] for r in rows)
+                                      / max(1, sum(r["prompt_tokens"] for r in rows)), 4)}
+    print(f"total wall {total['wall_s']} s; re-encoded share of all prompt tokens {100 * total['reencoded_share']:.1f}%")
+    out = Path(args.json or Path(cfg.output_dir) / "benchmarks" / f"throughput-{Path(args.model_dir).name}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"model": args.model_dir, "profile": args.profile, "eval": cfg.to_dict()["eval"],
+                               "benchmarks": rows, "total": total}, indent=2))
+    print(f"written: {out}")
+
+
+if __name__ == "__main__":
+    main()
