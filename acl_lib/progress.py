@@ -208,7 +208,7 @@ def progress_file_handler() -> logging.Handler | None:
     return h
 
 
-def _hf_progress_bars(enabled: bool):
+def hf_progress_bars(enabled: bool):
     """Turn the progress bars of ``transformers``, ``datasets`` and ``huggingface_hub`` on or off; returns a
     function restoring what they were."""
     restores = []
@@ -234,7 +234,7 @@ def library_output_to(path: str | os.PathLike) -> Iterator[None]:
     """Inside this block, what libraries print (stdout, stderr, warnings) is appended to ``path``, and the
     progress bars of the Hugging Face libraries are off; ``Progress`` lines and ``acl`` log messages still
     show. Used by ``Run.start`` so that a notebook cell that trains shows progress, not logs."""
-    restore = _hf_progress_bars(False)
+    restore = hf_progress_bars(False)
     consoles = (sys.stdout, sys.stderr)
     with open(path, "a", buffering=1) as f, warnings.catch_warnings():
         warnings.simplefilter("default")  # each warning once per place, into the log

@@ -45,9 +45,9 @@ def setup_notebook(static_images: bool | None = None) -> str:
     import pandas as pd
     import plotly.io as pio
 
-    from acl_lib.progress import _hf_progress_bars
+    from acl_lib.progress import hf_progress_bars
 
-    _hf_progress_bars(False)  # "Loading weights" redraws in every cell that loads a model; progress: acl_lib.progress
+    hf_progress_bars(False)  # "Loading weights" redraws in every cell that loads a model; progress: acl_lib.progress
     png = static_images_available() if static_images is None else static_images
     renderer = "plotly_mimetype+notebook" + ("+png" if png else "")
     pio.renderers.default = renderer
@@ -284,6 +284,20 @@ def failure_frame(eval_dir: str | Path, benchmarks: list[str] | None = None):
         for reason, count in reasons.items():
             rows.append({"benchmark": b, "reason": reason, "episodes": count, "share": 100.0 * count / total})
     return pd.DataFrame(rows, columns=["benchmark", "reason", "episodes", "share"])
+
+
+def own_failures_frame(runs: dict):
+    """:func:`failure_frame` of each run on its own domain's benchmark, ``runs`` = ``{domain: Run}``; the rows'
+    ``benchmark`` reads ``oracle_math: aime26`` so that the runs stay apart in one figure."""
+    import pandas as pd
+
+    from acl_lib.envs import IN_DOMAIN
+
+    frames = [failure_frame(r.path / "eval", [IN_DOMAIN[d]]).assign(benchmark=f"{r.name}: {IN_DOMAIN[d]}")
+              for d, r in runs.items()]
+    if not frames:
+        return pd.DataFrame(columns=["benchmark", "reason", "episodes", "share"])
+    return pd.concat(frames, ignore_index=True)
 
 
 def failure_figure(frame, title: str = "Why episodes failed (share of each benchmark's episodes, %)"):

@@ -84,9 +84,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from acl_lib.config import load_config
     from acl_lib.envs import BENCHMARKS
-    from acl_lib.progress import _hf_progress_bars
+    from acl_lib.progress import hf_progress_bars
 
-    _hf_progress_bars(False)
+    hf_progress_bars(False)
     cfg = load_config(args.profile, args.overrides, seed=0)
     benchmarks = args.benchmarks or list(BENCHMARKS)
     unknown = [b for b in benchmarks if b not in BENCHMARKS]

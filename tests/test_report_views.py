@@ -110,3 +110,16 @@ def test_saved_figures_work_offline(tmp_path):
     assert (tmp_path / "figures" / "plotly.min.js").stat().st_size > 1_000_000
     assert 'src="plotly.min.js"' in html and 'src="https://cdn.plot.ly' not in html
     assert (len(written) == 2) == report.static_images_available()
+
+
+def test_each_oracles_failures_on_its_own_benchmark(cfg):
+    from types import SimpleNamespace
+
+    sd = cfg.seed_dir()
+    _eval(sd, "oracle_search", {"nq": 25.0}, failures={"nq": {"wrong answer": 24}, "aime26": {"no Answer": 32}})
+    _eval(sd, "oracle_math", {"aime26": 50.0}, failures={"aime26": {"wrong answer": 16}})
+    runs = {d: SimpleNamespace(name=f"oracle_{d}", path=sd / f"oracle_{d}") for d in ("search", "math")}
+    frame = report.own_failures_frame(runs)
+    assert list(frame["benchmark"]) == ["oracle_search: nq", "oracle_math: aime26"]
+    assert list(frame["share"]) == [75.0, 50.0]
+    assert report.own_failures_frame({}).empty
