@@ -3,8 +3,11 @@
     python benchmarks/throughput.py MODEL_DIR [--profile mini] [--benchmarks retail telecom ...] [--json FILE]
 
 For each benchmark (default: all of the suite) it runs the harness's evaluation of ``MODEL_DIR`` and reports
-episodes, assistant turns, prompt tokens encoded, the share of those that re-encode a prefix the same episode
-had already encoded (its previous prompt and what it generated), pad tokens, tokens generated and wall seconds.
+episodes, assistant turns, prompt tokens (the length of every prompt, summed), tokens encoded (what actually ran
+through the model once cached prefixes are reused), the share of encoded tokens that re-encode a prefix the same
+episode had already had (its previous prompt and what it generated), pad tokens, tokens generated and wall
+seconds. ``--no-reuse`` measures the harness re-encoding every prompt whole, as it did before per-episode KV
+caches (``acl_lib/eval/turns.py``).
 Then it replays every ``generate`` call of that benchmark as raw batched ``generate`` on the same model, with the
 same rows, prompt width and number of new tokens (random token ids; ``min_new_tokens`` makes every row generate
 them all), and gives both throughputs in generated tokens per second and their ratio. The table is printed; the
@@ -35,7 +38,7 @@ def raw_generate_seconds(model, calls: list[tuple[int, int, int]], vocab: int, p
     return total
 
 
-def measure(cfg, model_dir: str, benchmarks: list[str]) -> list[dict]:
+def measure(cfg, model_dir: str, benchmarks: list[str], reuse_kv: bool = True) -> list[dict]:
     from acl_lib.envs import BENCHMARKS
     from acl_lib.eval.harness import HFPolicy, evaluate_benchmark, world
     from acl_lib.seeding import seed_and_threads
@@ -45,7 +48,7 @@ def measure(cfg, model_dir: str, benchmarks: list[str]) -> list[dict]:
     for key in benchmarks:
         bench = BENCHMARKS[key]
         policy = HFPolicy(model_dir, cfg.eval.max_new_tokens, cfg.eval.temperature, cfg.eval.top_p,
-                          cfg.eval.batch_size, dtype=cfg.model.dtype)
+                          cfg.eval.batch_size, dtype=cfg.model.dtype, reuse_kv=reuse_kv)
         env = world(cfg, bench.env)
         n = cfg.worlds.n_test if bench.suite == "in_domain" else cfg.worlds.n_ood
         t0 = time.perf_counter()
@@ -60,14 +63,16 @@ def measure(cfg, model_dir: str, benchmarks: list[str]) -> list[dict]:
         rows.append({
             "benchmark": key, "score": round(summary["score"], 2), "episodes": len(records),
             "turns": sum(r["turns"] for r in records), "prompt_tokens": st["prompt_tokens"],
-            "reencoded_share": round(st["reencoded_tokens"] / max(1, st["prompt_tokens"]), 4),
+            "encoded_tokens": st["encoded_tokens"], "reencoded_tokens": st["reencoded_tokens"],
+            "reencoded_share": round(st["reencoded_tokens"] / max(1, st["encoded_tokens"]), 4),
             "pad_tokens": st["pad_tokens"], "generated_tokens": policy.generated_tokens,
             "generate_calls": len(st["calls"]), "wall_s": round(wall, 2), "generate_s": round(policy.generate_seconds, 2),
             "harness_tokens_per_s": round(harness_tps, 1), "raw_generate_tokens_per_s": round(raw_tps, 1),
             "ratio": round(harness_tps / raw_tps, 3) if raw_tps else None,
         })
         r = rows[-1]
-        print(f"{key:<11} {r['episodes']:>4} {r['turns']:>5} {r['prompt_tokens']:>9} {100 * r['reencoded_share']:>7.1f}% "
+        print(f"{key:<11} {r['episodes']:>4} {r['turns']:>5} {r['prompt_tokens']:>9} {r['encoded_tokens']:>9} "
+              f"{100 * r['reencoded_share']:>7.1f}% "
               f"{r['pad_tokens']:>8} {r['generated_tokens']:>7} {r['wall_s']:>7.1f} {r['harness_tokens_per_s']:>8.1f} "
               f"{r['raw_generate_tokens_per_s']:>8.1f} {r['ratio'] or 0:>6.2f}", flush=True)
     return rows
@@ -80,6 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
     ap.add_argument("--benchmarks", nargs="*", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--no-reuse", action="store_true",
+                    help="re-encode every prompt whole (the harness before per-episode KV caches), for comparison")
     args = ap.parse_args(argv)
 
     from acl_lib.config import load_config
@@ -94,16 +101,19 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"unknown benchmark(s) {unknown}; known: {list(BENCHMARKS)}")
     print(f"model {args.model_dir}, profile {args.profile}: eval.batch_size {cfg.eval.batch_size}, "
           f"max_new_tokens {cfg.eval.max_new_tokens}, max_turns {cfg.eval.max_turns}")
-    print(f"{'benchmark':<11} {'eps':>4} {'turns':>5} {'prompt_tok':>9} {'re-enc':>8} {'pad_tok':>8} {'gen_tok':>7} "
+    print(f"{'benchmark':<11} {'eps':>4} {'turns':>5} {'prompt_tok':>9} {'encoded':>9} {'re-enc':>8} {'pad_tok':>8} {'gen_tok':>7} "
           f"{'wall_s':>7} {'tok/s':>8} {'raw tok/s':>8} {'ratio':>6}")
-    rows = measure(cfg, args.model_dir, benchmarks)
+    rows = measure(cfg, args.model_dir, benchmarks, reuse_kv=not args.no_reuse)
     total = {"wall_s": round(sum(r["wall_s"] for r in rows), 1),
-             "reencoded_share": round(sum(r["reencoded_share"] * r["prompt_tokens"] for r in rows)
-                                      / max(1, sum(r["prompt_tokens"] for r in rows)), 4)}
-    print(f"total wall {total['wall_s']} s; re-encoded share of all prompt tokens {100 * total['reencoded_share']:.1f}%")
-    out = Path(args.json or Path(cfg.output_dir) / "benchmarks" / f"throughput-{Path(args.model_dir).name}.json")
+             "reencoded_share": round(sum(r["reencoded_tokens"] for r in rows)
+                                      / max(1, sum(r["encoded_tokens"] for r in rows)), 4)}
+    print(f"total wall {total['wall_s']} s; re-encoded share of all encoded tokens {100 * total['reencoded_share']:.1f}%")
+    name = Path(args.model_dir).name if Path(args.model_dir).name != "model" else Path(args.model_dir).parent.name
+    out = Path(args.json or Path(cfg.output_dir) / "benchmarks"
+               / f"throughput-{name}{'-no-reuse' if args.no_reuse else ''}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": args.model_dir, "profile": args.profile, "eval": cfg.to_dict()["eval"],
+    out.write_text(json.dumps({"model": args.model_dir, "profile": args.profile, "reuse_kv": not args.no_reuse,
+                               "eval": cfg.to_dict()["eval"],
                                "benchmarks": rows, "total": total}, indent=2))
     print(f"written: {out}")
 

@@ -67,16 +67,20 @@ class NullPolicy:
 
 
 class HFPolicy:
-    """Batched HF ``generate`` with the tokenizer's chat template (CPU or one GPU).
+    """Batched HF ``generate`` with the tokenizer's chat template (CPU or one GPU), each episode's KV cache kept
+    across its turns (``acl_lib.eval.turns``): a turn encodes only what is new since the episode's last turn.
+    ``reuse_kv=False`` re-encodes every prompt whole (the reference the cached path is tested against).
 
     Prompts longer than the model's context minus ``max_new_tokens`` are not generated: the episode ends
     with a "context limit" failure (``context_overflow`` marks them with ``None``).
     """
 
     def __init__(self, model_dir: str, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 batch_size: int = 16, dtype: str = "float32"):
+                 batch_size: int = 16, dtype: str = "float32", reuse_kv: bool = True):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from acl_lib.eval.turns import TurnGenerator
 
         self.name = str(model_dir)
         self.tok = AutoTokenizer.from_pretrained(model_dir)
@@ -90,22 +94,20 @@ class HFPolicy:
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
         self.generated_tokens = 0
         self.generate_seconds = 0.0
-        # What generation costs (benchmarks/throughput.py): prompt tokens encoded, of which re-encode a prefix
-        # this episode's previous turn had already encoded (its prompt and its generated tokens), pad tokens
-        # encoded, and the shape of every generate call: (rows, prompt width, new tokens).
-        self.stats = {"prompt_tokens": 0, "reencoded_tokens": 0, "pad_tokens": 0, "calls": []}
-        self._seen: dict[tuple[int, str], list[int]] = {}
+        self.gen = TurnGenerator(self.model, self.tok.pad_token_id, self.tok.eos_token_id, batch_size, reuse=reuse_kv)
 
-    def _count(self, task: Task, messages: list[dict], ids: list[int]) -> None:
-        key = (id(messages), task.id)  # the episode's own message list: stable across its turns
-        before = self._seen.get(key, [])
-        common = 0
-        for a, b in zip(before, ids):
-            if a != b:
-                break
-            common += 1
-        self.stats["prompt_tokens"] += len(ids)
-        self.stats["reencoded_tokens"] += common
+    @property
+    def stats(self) -> dict:
+        """What generation cost (``TurnGenerator.stats``; benchmarks/throughput.py)."""
+        return self.gen.stats
+
+    @staticmethod
+    def _key(task: Task, messages: list[dict]):
+        return (id(messages), task.id)  # the episode's own message list: stable across its turns
+
+    def forget(self, task: Task, messages: list[dict]) -> None:
+        """The episode has ended: drop its cache."""
+        self.gen.forget(self._key(task, messages))
 
     def render(self, task: Task, messages: list[dict]) -> str:
         return self.tok.apply_chat_template(
@@ -113,51 +115,24 @@ class HFPolicy:
         )
 
     def __call__(self, batch):
-        import torch
-
         prompts = [self.render(t, m) for t, m in batch]
         ids = [self.tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        for (t, m), x in zip(batch, ids):
-            self._count(t, m, x)
         out: list[str | None] = [None] * len(batch)
         limit = self.max_context - self.max_new_tokens
-        order = sorted((i for i in range(len(batch)) if len(ids[i]) <= limit), key=lambda i: len(ids[i]))
+        fits = [i for i in range(len(batch)) if len(ids[i]) <= limit]
+        sample = self.temperature > 0
+        sampling = {"do_sample": sample, "top_k": None}
+        if sample:
+            sampling.update(temperature=self.temperature, top_p=self.top_p)
+        t0 = time.perf_counter()
+        news = self.gen.generate([(self._key(*batch[i]), ids[i]) for i in fits], self.max_new_tokens, **sampling)
+        self.generate_seconds += time.perf_counter() - t0
         eos = self.tok.eos_token_id
-        pad = self.tok.pad_token_id
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
-            width = max(len(ids[i]) for i in chunk)
-            input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            attn = torch.zeros((len(chunk), width), dtype=torch.long)
-            for row, i in enumerate(chunk):
-                input_ids[row, width - len(ids[i]) :] = torch.tensor(ids[i])
-                attn[row, width - len(ids[i]) :] = 1
-            sample = self.temperature > 0
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                gen = self.model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attn,
-                    max_new_tokens=self.max_new_tokens,
-                    do_sample=sample,
-                    temperature=self.temperature if sample else None,
-                    top_p=self.top_p if sample else None,
-                    top_k=None,
-                    eos_token_id=eos,
-                    pad_token_id=pad,
-                )
-            self.generate_seconds += time.perf_counter() - t0
-            new = gen[:, width:]
-            self.stats["pad_tokens"] += sum(width - len(ids[i]) for i in chunk)
-            self.stats["calls"].append((len(chunk), width, int(new.shape[1])))
-            for row, i in enumerate(chunk):
-                toks = new[row].tolist()
-                if eos in toks:
-                    toks = toks[: toks.index(eos)]
-                self.generated_tokens += len(toks)
-                task, messages = batch[i]
-                self._seen[(id(messages), task.id)] = ids[i] + toks
-                out[i] = self.tok.decode(toks, skip_special_tokens=True)
+        for i, toks in zip(fits, news):
+            if eos in toks:
+                toks = toks[: toks.index(eos)]
+            self.generated_tokens += len(toks)
+            out[i] = self.tok.decode(toks, skip_special_tokens=True)
         return out
 
 
@@ -180,6 +155,9 @@ class VLLMPolicy(HFPolicy):
         self.max_context = self.llm.llm_engine.model_config.max_model_len
         self.generated_tokens = 0
         self.generate_seconds = 0.0
+
+    def forget(self, task, messages) -> None:
+        """Nothing to drop: vLLM's prefix cache manages itself."""
 
     def __call__(self, batch):  # pragma: no cover - GPU machines only
         prompts = [self.render(t, m) for t, m in batch]
@@ -220,10 +198,13 @@ def run_episodes(policy: Policy, episodes: list[Episode], batch_size: int = 64,
             for ep, text in zip(chunk, texts):
                 if text is None:
                     ep.end("context limit: prompt longer than the model's context")
-                    continue
-                ep.step(text)
-                if ep.done and progress:
-                    progress(1)
+                else:
+                    ep.step(text)
+                if ep.done:
+                    if hasattr(policy, "forget"):
+                        policy.forget(ep.task, ep.messages)
+                    if progress:
+                        progress(1)
 
 
 def _failure_key(reason: str | None) -> str:

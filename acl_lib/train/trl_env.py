@@ -259,28 +259,24 @@ def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_com
 def hf_policy(trainer) -> Policy:
     """A ``Policy`` sampling from the trainer's model with ``model.generate`` (CPU / no vLLM).
 
-    Uses the trainer's generation config (temperature, top-p/k, eos = ``<|im_end|>``); sequences are
-    left-padded into one batch per turn. Call inside ``unwrap_model_for_generation`` (``EpisodeRollout`` does).
+    Uses the trainer's generation config (temperature, top-p/k, eos = ``<|im_end|>``) through the evaluator's
+    ``TurnGenerator``: each episode's KV cache is kept across its turns, so a turn encodes only the observation
+    that came after the policy's last tokens. Call inside ``unwrap_model_for_generation`` (``EpisodeRollout``
+    does); make one per rollout call: the weights change between calls, the caches must not outlive them.
     """
-    import torch
+    from acl_lib.eval.turns import TurnGenerator
 
     tok = trainer.processing_class
-    pad = tok.pad_token_id
+    state: dict = {}
 
     def policy(reqs: list[Request]):
         model = trainer._acl_gen_model  # set by EpisodeRollout for the duration of one rollout call
-        device = next(model.parameters()).device
-        width = max(len(r.ids) for r in reqs)
-        ids = torch.full((len(reqs), width), pad, dtype=torch.long)
-        att = torch.zeros((len(reqs), width), dtype=torch.long)
-        for k, r in enumerate(reqs):
-            ids[k, width - len(r.ids):] = torch.tensor(r.ids)
-            att[k, width - len(r.ids):] = 1
-        gc = trainer.generation_config
-        with torch.no_grad():
-            out = model.generate(input_ids=ids.to(device), attention_mask=att.to(device), generation_config=gc,
-                                 max_new_tokens=max(r.max_new_tokens for r in reqs))
-        return [row.tolist() for row in out[:, width:].cpu()], None
+        if state.get("model") is not model:
+            state["model"] = model
+            state["gen"] = TurnGenerator(model, tok.pad_token_id, tok.eos_token_id, batch_size=len(reqs))
+        outs = state["gen"].generate([(id(r.episode), r.ids) for r in reqs], max(r.max_new_tokens for r in reqs),
+                                     generation_config=trainer.generation_config)
+        return outs, None
 
     return policy
 
