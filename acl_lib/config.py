@@ -10,6 +10,8 @@ Overrides are ``dotted.key=value`` strings; values are parsed as YAML (``eval.k=
 
 from __future__ import annotations
 
+import copy
+
 import hashlib
 import json
 import math
@@ -192,6 +194,28 @@ class EvalConfig(_Section):
     max_turns: int = Field(8, ge=1)  # per episode
     batch_size: int = Field(16, ge=1)
     suites: Literal["in_domain", "ood", "all"] = "all"
+    # Per benchmark (its key: retail, telecom, ...), limits that replace max_turns / max_new_tokens above, e.g.
+    # {retail: {max_turns: 10, max_new_tokens: 121}}. The mini profile's come from what the scripted expert needs
+    # (benchmarks/expert_needs.py: its longest episode and longest turn, plus a margin).
+    limits: dict[str, dict[Literal["max_turns", "max_new_tokens"], int]] = Field(default_factory=dict)
+
+    @field_validator("limits")
+    @classmethod
+    def _check_limits(cls, v: dict) -> dict:
+        from acl_lib.envs import BENCHMARKS
+
+        unknown = sorted(set(v) - set(BENCHMARKS))
+        if unknown:
+            raise ValueError(f"eval.limits: unknown benchmark(s) {unknown}; benchmarks are {sorted(BENCHMARKS)}")
+        bad = {f"{b}.{k}": n for b, lim in v.items() for k, n in lim.items() if n < 1}
+        if bad:
+            raise ValueError(f"eval.limits must be at least 1, got {bad}")
+        return v
+
+    def limits_for(self, benchmark: str) -> tuple[int, int]:
+        """(max_turns, max_new_tokens) for ``benchmark``: its own limits where set, else the defaults."""
+        lim = self.limits.get(benchmark, {})
+        return lim.get("max_turns", self.max_turns), lim.get("max_new_tokens", self.max_new_tokens)
 
 
 class SFTConfig(_Section):
@@ -389,12 +413,18 @@ def _set_dotted(tree: dict, key: str, value: Any, source: str) -> None:
         last = i == len(parts) - 1
         if last:
             node[part] = value
-        elif getattr(ann, "__origin__", None) is dict and i == len(parts) - 2:
-            # one entry of a dict-valued setting (pipeline.cold_start.math=true): merge into the default
+        elif getattr(ann, "__origin__", None) is dict:
+            # one entry of a dict-valued setting (pipeline.cold_start.math=true, eval.limits.retail.max_turns=10):
+            # merge into the default
             current = node.get(part)
             if not isinstance(current, dict):
-                current = dict(fields[part].get_default(call_default_factory=True) or {})
-            node[part] = {**current, parts[-1]: value}
+                current = copy.deepcopy(dict(fields[part].get_default(call_default_factory=True) or {}))
+            node[part] = current
+            for sub in parts[i + 1 : -1]:
+                if not isinstance(current.get(sub), dict):
+                    current[sub] = {}
+                current = current[sub]
+            current[parts[-1]] = value
             return
         else:
             if not (isinstance(ann, type) and issubclass(ann, BaseModel)):

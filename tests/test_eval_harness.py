@@ -103,3 +103,48 @@ def test_default_out_dir_is_outside_the_run_store(tmp_path):
     out.mkdir(parents=True)
     assert default_out_dir(str(run / "model"), tmp_path, now=0).name == "seq_math-19700101T000000Z-2"
     assert default_out_dir("Qwen/Qwen3-8B-Base", tmp_path, now=0).name == "Qwen3-8B-Base-19700101T000000Z"
+
+
+class Counting:
+    """Writes a broken tool call every turn and records the per-turn budget it was given."""
+
+    name = "counting"
+
+    def __init__(self):
+        self.max_new_tokens = 0
+        self.budgets = []
+
+    def __call__(self, batch):
+        self.budgets.append(self.max_new_tokens)
+        return ['<tool_call>{"name": "nope", "arguments": {}}</tool_call>' for _ in batch]
+
+
+def test_per_benchmark_limits_replace_the_defaults(tmp_path):
+    cfg = load_config("smoke", [f"output_dir={tmp_path}", "eval.limits.retail.max_turns=2",
+                                "eval.limits.retail.max_new_tokens=7"])
+    assert cfg.eval.limits_for("retail") == (2, 7)
+    assert cfg.eval.limits_for("telecom") == (cfg.eval.max_turns, cfg.eval.max_new_tokens)
+    policy = Counting()
+    m = evaluate(cfg, "counting", tmp_path / "e", policy=policy, benchmarks=["retail", "telecom"])
+    assert m["limits"] == {"retail": {"max_turns": 2, "max_new_tokens": 7},
+                           "telecom": {"max_turns": cfg.eval.max_turns, "max_new_tokens": cfg.eval.max_new_tokens}}
+    turns = {k: [json.loads(l)["turns"] for l in (tmp_path / "e" / "records" / f"{k}.jsonl").read_text().splitlines()]
+             for k in ("retail", "telecom")}
+    assert max(turns["retail"]) == 2 and max(turns["telecom"]) > 2
+    assert set(policy.budgets) == {7, cfg.eval.max_new_tokens}
+
+
+def test_the_mini_limits_cover_what_the_experts_need():
+    """The mini profile's per-benchmark limits are at least what the scripted experts need on the scored tasks
+    (their longest episode, their longest turn in the shipped tokenizer, + end-of-turn)."""
+    from transformers import AutoTokenizer
+
+    from acl_lib.eval.sizing import expert_needs
+    from acl_lib.model.shipped import shipped_dir
+
+    cfg = load_config("mini")
+    tok = AutoTokenizer.from_pretrained(str(shipped_dir(cfg)))
+    for row in expert_needs(cfg, tok, sorted(BENCHMARKS), turn_margin=0, token_margin=0.0):
+        assert row["expert_pass"] == row["episodes"], row
+        turns, tokens = cfg.eval.limits_for(row["benchmark"])
+        assert turns >= row["max_turns"] and tokens >= row["max_tokens"], (row, turns, tokens)

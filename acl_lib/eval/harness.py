@@ -151,6 +151,7 @@ class VLLMPolicy(HFPolicy):
         self.tok = AutoTokenizer.from_pretrained(model_dir)
         self.llm = LLM(model=model_dir, dtype=dtype)
         self.params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        self.params_for = lambda n: SamplingParams(max_tokens=n, temperature=temperature, top_p=top_p)
         self.max_new_tokens = max_new_tokens
         self.max_context = self.llm.llm_engine.model_config.max_model_len
         self.generated_tokens = 0
@@ -162,6 +163,8 @@ class VLLMPolicy(HFPolicy):
     def __call__(self, batch):  # pragma: no cover - GPU machines only
         prompts = [self.render(t, m) for t, m in batch]
         t0 = time.perf_counter()
+        if self.params.max_tokens != self.max_new_tokens:  # evaluate() sets a benchmark's own budget
+            self.params = self.params_for(self.max_new_tokens)
         outs = self.llm.generate(prompts, self.params, use_tqdm=False)
         self.generate_seconds += time.perf_counter() - t0
         texts = []
@@ -268,14 +271,18 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
     t0 = time.perf_counter()
     results: dict[str, dict] = {}
     per_bench_seconds = {}
+    limits = {b.key: dict(zip(("max_turns", "max_new_tokens"), cfg.eval.limits_for(b.key))) for b in benches}
     sizes = {b.key: (cfg.worlds.n_test if b.suite == "in_domain" else cfg.worlds.n_ood) for b in benches}
     with Progress(sum(sizes[b.key] * k for b in benches), "eval", unit="episode") as bar:
         for b in benches:
             tb = time.perf_counter()
             if b.env not in envs:
                 envs[b.env] = world(cfg, b.env)
+            max_turns, max_new_tokens = cfg.eval.limits_for(b.key)
+            if hasattr(policy, "max_new_tokens"):  # a model's per-turn budget; the scripted policies have none
+                policy.max_new_tokens = max_new_tokens
             summary, records = evaluate_benchmark(
-                policy, b, envs[b.env], sizes[b.key], k, cfg.eval.max_turns, task_seed=cfg.worlds.seed,
+                policy, b, envs[b.env], sizes[b.key], k, max_turns, task_seed=cfg.worlds.seed,
                 batch_size=max(cfg.eval.batch_size, 1) * 4, progress=bar.update,
             )
             per_bench_seconds[b.key] = round(time.perf_counter() - tb, 2)
@@ -296,6 +303,7 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
         "suites": suites,
         "elapsed_s": round(elapsed, 2),
         "seconds_per_benchmark": per_bench_seconds,
+        "limits": limits,
         "generated_tokens": getattr(policy, "generated_tokens", None),
         "generate_seconds": round(getattr(policy, "generate_seconds", 0.0), 2),
     }
