@@ -102,3 +102,16 @@ def test_sft_trains_on_assistant_tokens_only_and_resumes(base_dir, tmp_path):
     sft.train_sft(cfg2, base_dir, rows, run.path)
     steps = [r["step"] for r in read_log(run.path / "train_log.jsonl") if "loss" in r]
     assert steps == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_collect_demos_from_a_model_teacher_reuses_each_episodes_cache(base_dir):
+    """A model teacher goes through the evaluator's HFPolicy: its multi-turn episodes encode only what is new
+    at every turn; what it fails is rejected with a reason."""
+    from acl_lib.eval.harness import HFPolicy
+
+    env = DeskEnv()
+    teacher = HFPolicy(base_dir, max_new_tokens=8, batch_size=4)
+    rows, stats = sft.collect_demos(env, teacher, env.tasks("train", 6), max_turns=3, batched=True, batch_size=4)
+    assert stats["tried"] == 6 and stats["kept"] == len(rows)
+    assert sum(stats["rejected"].values()) == 6 - len(rows)
+    assert teacher.stats["calls"] and teacher.stats["encoded_tokens"] < teacher.stats["prompt_tokens"]

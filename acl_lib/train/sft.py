@@ -4,7 +4,7 @@
     summary = train_sft(cfg, model_dir, rows, out_dir)
 
 ``collect_demos`` drives one episode per task with a teacher policy (the world's ``scripted_expert`` at mini
-scale; any callable ``(task, messages) -> text``) and keeps a trajectory only if it scored reward 1.0 with no
+scale; any callable ``(task, messages) -> text``, or a model through the evaluator's cached ``HFPolicy``) and keeps a trajectory only if it scored reward 1.0 with no
 protocol error (malformed / unknown / badly-argued tool calls). Kept episodes become chat rows for
 ``SFTTrainer``: ``messages`` as the episode keeps them (assistant ``tool_calls`` with JSON-string
 ``arguments``, ``tool`` results, simulated-user turns) and ``tools`` as a JSON string. Both are strings on
@@ -53,28 +53,40 @@ def episode_row(messages: list[dict], tools: list[dict]) -> dict:
 
 
 def collect_demos(env: Environment, policy: TeacherPolicy, tasks: list[Task], max_turns: int = 16,
-                  num_demos: int | None = None) -> tuple[list[dict], dict]:
+                  num_demos: int | None = None, batched: bool = False, batch_size: int = 64) -> tuple[list[dict], dict]:
     """Rejection sampling: one teacher episode per task, kept if reward == 1.0 and no protocol error.
 
-    Stops after ``num_demos`` kept rows (all tasks when None). Returns ``(rows, stats)``; ``stats`` counts
-    episodes tried / kept and the failure reasons of the rejected ones.
+    ``policy`` is a teacher ``(task, messages) -> text`` (a scripted expert), or with ``batched=True`` a batch
+    policy of the evaluator (``acl_lib.eval.harness``: ``HFPolicy`` for a model teacher, which keeps each
+    episode's KV cache across its turns). Episodes run ``batch_size`` tasks at a time through the evaluator's
+    ``run_episodes``, all active episodes one turn per round; collection stops after the block in which
+    ``num_demos`` rows were kept (all tasks when None). Returns ``(rows, stats)``; ``stats`` counts episodes
+    tried / kept and the failure reasons of the rejected ones.
     """
+    from acl_lib.eval.harness import run_episodes
+
+    batch_policy = policy if batched else (lambda batch: [policy(task, messages) for task, messages in batch])
     rows, reasons = [], Counter()
     tried = 0
-    for task in tasks:
+    for start in range(0, len(tasks), batch_size):
         if num_demos is not None and len(rows) >= num_demos:
             break
-        tried += 1
-        ep = env.start(task, max_turns=max_turns)
-        while not ep.done:
-            ep.step(policy(task, ep.messages))
-        r = ep.reward()
-        if r < 1.0:
-            reasons[ep.failure or "reward below 1"] += 1
-        elif ep.protocol_errors:
-            reasons["protocol error: " + ep.protocol_errors[0]] += 1
-        else:
-            rows.append(episode_row(ep.messages, task.tools))
+        block = tasks[start : start + batch_size]
+        if num_demos is not None and not batched:  # a scripted teacher costs nothing: try no more than needed
+            block = block[: num_demos - len(rows)]
+        episodes = [env.start(task, max_turns=max_turns) for task in block]
+        run_episodes(batch_policy, episodes, batch_size=batch_size)
+        tried += len(block)
+        for task, ep in zip(block, episodes):
+            r = ep.reward()
+            if r < 1.0:
+                reasons[ep.failure or "reward below 1"] += 1
+            elif ep.protocol_errors:
+                reasons["protocol error: " + ep.protocol_errors[0]] += 1
+            else:
+                rows.append(episode_row(ep.messages, task.tools))
+    if num_demos is not None:
+        rows = rows[:num_demos]
     stats = {"tried": tried, "kept": len(rows), "acceptance": len(rows) / tried if tried else 0.0,
              "rejected": dict(reasons.most_common())}
     return rows, stats
