@@ -50,10 +50,40 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # seeds every device's default generator, CUDA included
 
 
+def local_world_size() -> int:
+    """Processes of this job on this machine: ``LOCAL_WORLD_SIZE`` (torchrun, accelerate) or ``LOCAL_SIZE``
+    (DeepSpeed's launcher); 1 outside a launched job."""
+    for name in ("LOCAL_WORLD_SIZE", "LOCAL_SIZE"):
+        if os.environ.get(name, "").isdigit() and int(os.environ[name]) > 0:
+            return int(os.environ[name])
+    return 1
+
+
+def available_cpus() -> int:
+    """CPU cores this process may run on (its affinity mask: what a Slurm allocation or ``taskset`` grants)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_rank(torch_threads: int, local_ranks: int | None = None) -> int:
+    """Intra-op threads of one process: the node's thread budget split over the job's processes on this node.
+
+    ``torch_threads`` is the budget of one machine (the config's ``torch_threads``); 0 means all the cores this
+    process may use. ``local_ranks`` defaults to ``local_world_size()``: the ranks of *this* node, not of the
+    whole job (16 ranks on 2 nodes x 8 GPUs share 8 ranks' worth of cores per node). At least 1."""
+    if torch_threads < 0:
+        raise ValueError(f"torch_threads must be >= 0 (0 = all available cores), got {torch_threads}")
+    budget = torch_threads or available_cpus()
+    return max(1, budget // max(1, local_ranks if local_ranks is not None else local_world_size()))
+
+
 def seed_and_threads(seed: int, threads: int) -> None:
-    """``seed_everything(seed)`` and torch's intra-op threads capped at ``threads``: what every job that samples
-    or initialises does first, so its numbers do not depend on what ran before in the same process."""
+    """``seed_everything(seed)`` and torch's intra-op threads capped at ``threads_per_rank(threads)``: what every
+    job that samples or initialises does first, so its numbers do not depend on what ran before in the same
+    process."""
     import torch
 
     seed_everything(seed)
-    torch.set_num_threads(threads)
+    torch.set_num_threads(threads_per_rank(threads))

@@ -4,8 +4,9 @@ Trainers know nothing of the run store: each takes an output directory ``out_dir
 (``train_summary.json``). The caller that owns the directory (``acl_lib.pipeline``) marks and cleans it.
 
 - ``trainer_kwargs(cfg, out_dir, ...)``: the ``TrainingArguments`` fields every job sets the same way (CPU-safe
-  precision, no gradient checkpointing, checkpoints under ``<out_dir>/checkpoints``, the DeepSpeed config when
-  the job runs under the ``deepspeed`` launcher, logging every step, no external reporters).
+  precision, activation checkpointing as ``launcher.activation_checkpointing`` says, checkpoints under
+  ``<out_dir>/checkpoints``, the DeepSpeed config when the job runs under the ``deepspeed`` launcher, logging
+  every step, no external reporters).
 - ``JsonlLogger``: a ``TrainerCallback`` that appends every ``Trainer.log`` record to ``train_log.jsonl`` in the
   run directory with wall time and throughput; the loss / reward curves are read from there.
 - ``save_final_model``: the end of every job: the trained model and tokenizer written atomically to
@@ -55,11 +56,15 @@ def has_cuda() -> bool:
 
 
 def set_threads(cfg) -> None:
-    """Cap intra-op threads (2 shared CPU cores: oversubscription slows every process down several-fold)."""
+    """Cap intra-op threads at this rank's share of its node's ``cfg.torch_threads`` (``seeding.threads_per_rank``:
+    divided by the ranks on this node, not the whole job; 0 = all cores). Oversubscribed cores slow every process
+    down several-fold; a single thread per rank starves the CPU-side work of a GPU job (data collation, tokenising,
+    the reward functions, the environments' tool calls)."""
     import torch
 
-    n = max(1, cfg.torch_threads // world_size())
-    torch.set_num_threads(n)
+    from acl_lib.seeding import threads_per_rank
+
+    torch.set_num_threads(threads_per_rank(cfg.torch_threads))
 
 
 def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_rate: float,
@@ -84,7 +89,7 @@ def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_ra
         lr_scheduler_type=scheduler,
         # Set explicitly: GRPOConfig turns checkpointing on and autodetects bf16 (docs/stack-notes.md).
         # transformers 5.24 renamed gradient_checkpointing; the old name (TRL's default True) mirrors this one.
-        activation_checkpointing=False,
+        activation_checkpointing=cfg.launcher.activation_checkpointing,
         bf16=bf16,
         fp16=fp16,
         use_cpu=not has_cuda(),
@@ -98,6 +103,9 @@ def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_ra
         dataloader_num_workers=0,
         disable_tqdm=True,  # progress: show_progress() (one line per job, not a redraw per step)
     )
+    if cfg.launcher.activation_checkpointing:
+        # Non-reentrant checkpointing: works with frozen inputs (LoRA, PEFT) and under ZeRO-3's parameter hooks.
+        kw["activation_checkpointing_kwargs"] = {"use_reentrant": False}
     ds_config = os.environ.get(DS_CONFIG_ENV)
     if ds_config:
         kw["deepspeed"] = ds_config

@@ -23,7 +23,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--job", choices=["pretrain", "sft", "grpo"], help="with --config: the job to run")
     p.add_argument("--out-dir", help="with --config: the output directory (default: <seed dir>/<job>)")
     p.add_argument("--args", default="{}", help="with --config: the job's arguments as JSON")
+    p.add_argument("--deepspeed-config", help="the ZeRO config the trainers use (multi-node launches pass it here: "
+                   "DeepSpeed's runner does not forward every environment variable to the other nodes)")
     a = p.parse_args(argv)
+    if a.deepspeed_config:
+        import os
+
+        from acl_lib.train.common import DS_CONFIG_ENV
+
+        if not Path(a.deepspeed_config).is_file():
+            p.error(f"--deepspeed-config {a.deepspeed_config}: no such file on this node")
+        os.environ[DS_CONFIG_ENV] = a.deepspeed_config  # read by common.trainer_kwargs
 
     import yaml
 

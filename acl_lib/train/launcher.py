@@ -75,8 +75,11 @@ def write_job(cfg, job: str, out_dir, job_args: dict) -> Path:
     return path
 
 
-def entry_args(job_file: Path) -> list[str]:
-    return ["--module", "acl_lib.train.entry", "--job-file", str(job_file)]
+def entry_args(job_file: Path, ds_config: Path | None = None) -> list[str]:
+    """The worker's module and arguments. ``ds_config``: the ZeRO config passed on the command line, which every
+    launcher hands to every worker on every node (environment variables do not all travel: see ``env_file``)."""
+    args = ["--module", "acl_lib.train.entry", "--job-file", str(job_file)]
+    return args + (["--deepspeed-config", str(ds_config)] if ds_config is not None else [])
 
 
 def deepspeed_local_command(cfg, job_file: Path, port: int | None = None) -> list[str]:
@@ -89,19 +92,50 @@ def deepspeed_local_command(cfg, job_file: Path, port: int | None = None) -> lis
 def worker_env(cfg, ds_config: Path) -> dict:
     """Environment of the launched workers: the DeepSpeed config, CPU accelerator without GPUs, thread caps."""
     env = dict(os.environ)
-    env[DS_CONFIG_ENV] = str(ds_config)
+    env.update(job_env(cfg, ds_config))
     import torch
 
     if not torch.cuda.is_available():  # DeepSpeed would otherwise look for a GPU accelerator and fail
         env["DS_ACCELERATOR"] = "cpu"
-    threads = max(1, cfg.torch_threads // cfg.launcher.num_processes)
-    env.setdefault("OMP_NUM_THREADS", str(threads))
-    env["TOKENIZERS_PARALLELISM"] = "false"
-    env["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    if "OMP_NUM_THREADS" in os.environ:  # the user's own cap wins
+        env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
     # Workers import acl_lib from this checkout even when it is not pip-installed.
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = env["PYTHONPATH"] + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
     return env
+
+
+def job_env(cfg, ds_config: Path) -> dict[str, str]:
+    """The variables every worker of a launched job needs, on whichever node it runs: the ZeRO config, the
+    checkout on ``PYTHONPATH``, quiet tokenizers / TRL, and OpenMP threads per rank (a node's ``torch_threads``
+    over its ``launcher.num_processes`` ranks). With ``torch_threads: 0`` (all cores) no count is written here,
+    where the launching machine may be a login node: each worker sets torch's threads from its own node's cores
+    (``common.set_threads``)."""
+    from acl_lib.seeding import threads_per_rank
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {DS_CONFIG_ENV: str(ds_config), "PYTHONPATH": root, "TOKENIZERS_PARALLELISM": "false",
+           "TRL_EXPERIMENTAL_SILENCE": "1"}
+    if cfg.torch_threads:
+        env["OMP_NUM_THREADS"] = str(threads_per_rank(cfg.torch_threads, cfg.launcher.num_processes))
+    return env
+
+
+def env_file(cfg, ds_config: Path, path: Path) -> Path:
+    """Write ``job_env`` as a DeepSpeed environment file (``KEY=VALUE`` per line) at ``path``.
+
+    DeepSpeed's multi-node runner (``deepspeed/launcher/runner.py``) forwards to the other nodes only the
+    variables whose names start with ``MLFLOW``, ``PYTHON``, ``MV2``, ``UCX`` (and ``NCCL`` on CUDA) plus those
+    listed in ``.deepspeed_env`` (read from ``~`` and the current directory, or from ``$DS_ENV_FILE``): an
+    ``export ACL_DEEPSPEED_CONFIG=...`` before ``deepspeed`` reaches the first node's workers only. The scripts
+    set ``DS_ENV_FILE`` to this run's own file, so concurrent jobs never share one."""
+    lines = []
+    for key, value in job_env(cfg, ds_config).items():
+        if "\n" in value:
+            raise ValueError(f"{key}={value!r}: a DeepSpeed environment file holds one variable per line")
+        lines.append(f"{key}={value}\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(lines))
+    return path
 
 
 def multi_node_scripts(cfg, job_file: Path, out_dir) -> dict[str, Path]:
@@ -111,14 +145,20 @@ def multi_node_scripts(cfg, job_file: Path, out_dir) -> dict[str, Path]:
     ds_config = deepspeed_config(cfg)
     hostfile = Path(L.hostfile).resolve() if L.hostfile else d / "hostfile"
     root = Path(__file__).resolve().parents[2]
-    exports = (f"export {DS_CONFIG_ENV}={shlex.quote(str(ds_config))}\n"
-               f"export PYTHONPATH={shlex.quote(str(root))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-               "export TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false\n")
+    # The first node's own processes see these exports; the other nodes get the same variables from the
+    # environment file (hostfile launch) or from srun, which passes the batch script's environment on (Slurm).
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in job_env(cfg, ds_config).items()
+                      if k != "PYTHONPATH")
+    exports += f"export PYTHONPATH={shlex.quote(str(root))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+    ds_env = env_file(cfg, ds_config, d / "deepspeed_env")
     ds_cmd = ["deepspeed", "--hostfile", str(hostfile), "--num_nodes", str(L.num_nodes), "--num_gpus",
-              str(L.num_processes), "--master_port", "29500", "--no_local_rank", *entry_args(job_file)]
+              str(L.num_processes), "--master_port", "29500", "--no_local_rank", *entry_args(job_file, ds_config)]
     ds = d / "deepspeed.sh"
     ds.write_text("#!/bin/bash\n# Hostfile launch: 'node-1 slots=8' per line; deepspeed reaches the nodes by ssh.\n"
+                  "# DeepSpeed forwards to the other nodes only a few variables and those of $DS_ENV_FILE (see\n"
+                  "# acl_lib.train.launcher.env_file); the ZeRO config also travels as --deepspeed-config.\n"
                   f"set -euo pipefail\ncd {shlex.quote(str(root))}\n{exports}"
+                  f"export DS_ENV_FILE={shlex.quote(str(ds_env.resolve()))}\n"
                   + " ".join(shlex.quote(a) for a in ds_cmd) + "\n")
     acc_cfg = d / "accelerate.yaml"
     acc_cfg.write_text(
@@ -140,8 +180,9 @@ def multi_node_scripts(cfg, job_file: Path, out_dir) -> dict[str, Path]:
         "srun bash -c 'accelerate launch "
         f"--config_file {shlex.quote(str(acc_cfg))} --machine_rank $SLURM_NODEID "
         "--main_process_ip '\"$MAIN_IP\"' --main_process_port 29500 "
-        f"--module acl_lib.train.entry --job-file {shlex.quote(str(job_file))}'\n")
-    return {"deepspeed": ds, "slurm": sb, "accelerate_config": acc_cfg}
+        f"--module acl_lib.train.entry --job-file {shlex.quote(str(job_file))} "
+        f"--deepspeed-config {shlex.quote(str(ds_config))}'\n")
+    return {"deepspeed": ds, "slurm": sb, "accelerate_config": acc_cfg, "deepspeed_env": ds_env}
 
 
 def _run_logged(cmd: list[str], env: dict, log: Path) -> None:

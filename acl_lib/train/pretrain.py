@@ -87,17 +87,25 @@ def copy_gain_callback(cfg, tokenizer, every: int):
     return CopyGain()
 
 
+def pretrain_args(cfg, out_dir, *, max_steps, batch_size, lr, warmup, scheduler):
+    """The ``TrainingArguments`` of one pretraining phase (shared settings from ``common.trainer_kwargs``)."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(**common.trainer_kwargs(
+        cfg, out_dir, max_steps=max_steps, batch_size=batch_size, learning_rate=lr, warmup_steps=warmup,
+        scheduler=scheduler))
+
+
 def _train(cfg, model, tok, blocks, out_dir: Path, *, max_steps, batch_size, lr, warmup, scheduler, phase,
            seq_len) -> tuple[object, dict]:
     from datasets import Dataset
-    from transformers import Trainer, TrainingArguments, default_data_collator
+    from transformers import Trainer, default_data_collator
 
     p = cfg.pretrain
     # Every block is full, so labels are the inputs (the model shifts them) and nothing needs masking.
     data = Dataset.from_dict({"input_ids": blocks, "labels": blocks})
-    args = TrainingArguments(**common.trainer_kwargs(
-        cfg, out_dir, max_steps=max_steps, batch_size=batch_size, learning_rate=lr, warmup_steps=warmup,
-        scheduler=scheduler))
+    args = pretrain_args(cfg, out_dir, max_steps=max_steps, batch_size=batch_size, lr=lr, warmup=warmup,
+                         scheduler=scheduler)
     # The copy-gain callback runs before the logger, so the gain lands in the same log record.
     callbacks = [copy_gain_callback(cfg, tok, p.copy_eval_every)] if p.copy_eval_every else []
     callbacks.append(common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, tokens_per_step=batch_size * seq_len,

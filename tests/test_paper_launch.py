@@ -1,0 +1,193 @@
+"""Issue 15, the launch path of the paper profile: what reaches the workers on the other nodes, activation
+checkpointing per profile, CPU threads per rank.
+
+The hostfile test runs the generated ``deepspeed.sh`` through DeepSpeed's own multi-node runner
+(``deepspeed.launcher.runner.main``), with only the processes it would start replaced: the ssh reachability
+check, the ``hostname -I`` probe and the ``pdsh`` fan-out. What the runner would have pdsh run on every node
+is captured and read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from acl_lib.config import load_config
+from acl_lib.train import launcher
+from acl_lib.train.common import DS_CONFIG_ENV
+from test_train_kit import DeskEnv, base_dir, desk_expert, tiny_cfg  # noqa: F401  (fixture)
+
+torch.set_num_threads(1)
+
+# A stand-in for the `deepspeed` command: DeepSpeed's real runner, with the processes it starts replaced.
+_SHIM = """#!{python}
+import json, os, subprocess, sys
+
+from deepspeed.launcher import multinode_runner, runner
+
+captured = {{}}
+
+
+class _Pdsh:  # the pdsh process that would log into every node
+    returncode = 0
+
+    def __init__(self, cmd, env=None, **kw):
+        captured["cmd"] = cmd
+
+    def wait(self):
+        return 0
+
+
+subprocess.Popen = _Pdsh
+subprocess.check_call = lambda *a, **k: 0  # passwordless-ssh check
+subprocess.check_output = lambda *a, **k: b"10.1.2.3\\n"  # `ssh node-a hostname -I`
+multinode_runner.PDSHRunner.backend_exists = lambda self: True
+runner.main(sys.argv[1:])
+with open(os.environ["ACL_TEST_CAPTURE"], "w") as f:
+    json.dump(captured["cmd"], f)
+"""
+
+
+def _paper_cfg(tmp_path, **extra):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("node-a slots=8\nnode-b slots=8\n")
+    return load_config("paper", overrides={"output_dir": str(tmp_path / "outputs"), "launcher.hostfile": str(hostfile),
+                                           **extra})
+
+
+@pytest.mark.timeout(300)
+def test_hostfile_launch_forwards_the_zero_config_to_every_node(tmp_path):
+    from acl_lib.runs import Run
+
+    cfg = _paper_cfg(tmp_path, torch_threads=96)
+    run = Run(cfg, "seq_math")
+    job = launcher.write_job(cfg, "grpo", run.path, {"model_dir": "Qwen/Qwen3-8B-Base", "domain": "math"})
+    scripts = launcher.multi_node_scripts(cfg, job, run.path)
+    ds_config = str(launcher.deepspeed_config(cfg))
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    shim = bindir / "deepspeed"
+    shim.write_text(_SHIM.format(python=sys.executable))
+    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    capture = tmp_path / "pdsh_cmd.json"
+    env = {k: v for k, v in os.environ.items() if k not in (DS_CONFIG_ENV, "DS_ENV_FILE")}
+    env.update(PATH=f"{bindir}{os.pathsep}{env['PATH']}", DS_ACCELERATOR="cpu", ACL_TEST_CAPTURE=str(capture),
+               OMP_NUM_THREADS="1")
+    proc = subprocess.run(["bash", str(scripts["deepspeed"])], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    cmd = json.loads(capture.read_text())
+    assert cmd[0] == "pdsh" and "node-a,node-b" in cmd
+    exports = next(c for c in cmd if c.startswith("export "))  # what every node runs before its workers
+    assert f"export {DS_CONFIG_ENV}={ds_config};" in exports
+    assert "export TRL_EXPERIMENTAL_SILENCE=1;" in exports and "export TOKENIZERS_PARALLELISM=false;" in exports
+    assert "export OMP_NUM_THREADS=12;" in exports  # 96 threads of a node over its 8 ranks
+    # The ZeRO config also travels as an argument of the worker module, whatever the launcher forwards.
+    i = cmd.index("--deepspeed-config")
+    assert cmd[i + 1] == ds_config and "acl_lib.train.entry" in cmd
+    # The Slurm script passes it the same way (srun forwards the batch script's environment too).
+    assert f"--deepspeed-config {ds_config}" in scripts["slurm"].read_text()
+    subprocess.run(["bash", "-n", str(scripts["slurm"])], check=True)
+
+
+def test_worker_sets_the_zero_config_from_its_argument(tmp_path, monkeypatch):
+    """A worker on another node gets no ACL_DEEPSPEED_CONFIG from its environment: the argument sets it."""
+    from acl_lib.train import entry
+
+    monkeypatch.setenv(DS_CONFIG_ENV, "")  # recorded, so the value entry.main sets is undone afterwards
+    monkeypatch.delenv(DS_CONFIG_ENV)
+    calls = {}
+    monkeypatch.setattr(launcher, "job_function",
+                        lambda job: lambda cfg, out_dir, **kw: calls.update(env=os.environ.get(DS_CONFIG_ENV)))
+    cfg = tiny_cfg(tmp_path)
+    job = launcher.write_job(cfg, "sft", tmp_path / "run", {})
+    ds_config = launcher.deepspeed_config(cfg)
+    entry.main(["--job-file", str(job), "--deepspeed-config", str(ds_config)])
+    assert calls["env"] == str(ds_config)
+    with pytest.raises(SystemExit):  # a config path that does not exist on this node is refused at once
+        entry.main(["--job-file", str(job), "--deepspeed-config", str(tmp_path / "missing.json")])
+
+
+def test_threads_per_rank_divides_a_node_over_its_own_ranks(monkeypatch):
+    from acl_lib.seeding import threads_per_rank
+
+    monkeypatch.setenv("WORLD_SIZE", "16")  # 2 nodes x 8 ranks: the node's budget is split 8 ways, not 16
+    monkeypatch.setenv("LOCAL_SIZE", "8")  # DeepSpeed's launcher
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert threads_per_rank(96) == 12
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun / accelerate
+    assert threads_per_rank(96) == 24
+    monkeypatch.setattr("acl_lib.seeding.available_cpus", lambda: 64)
+    assert threads_per_rank(0) == 16  # 0: every core this process may use
+    assert threads_per_rank(2, local_ranks=8) == 1
+    with pytest.raises(ValueError):
+        threads_per_rank(-1)
+    cfg = load_config("paper")
+    assert cfg.torch_threads == 0  # the paper profile gives the ranks the node's cores
+
+
+def test_set_threads_uses_the_local_ranks(tmp_path, monkeypatch):
+    from acl_lib.train.common import set_threads
+
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("LOCAL_SIZE", "2")
+    before = torch.get_num_threads()
+    try:
+        set_threads(tiny_cfg(tmp_path, torch_threads=4))
+        assert torch.get_num_threads() == 2  # 4 // 2 local ranks (the old code divided by 16: 1 thread)
+    finally:
+        torch.set_num_threads(before)
+
+
+# --- activation checkpointing ------------------------------------------------------------------------------
+
+
+def test_activation_checkpointing_is_a_profile_setting(tmp_path):
+    from acl_lib.train.grpo import grpo_args
+    from acl_lib.train.pretrain import pretrain_args
+    from acl_lib.train.sft import sft_args
+
+    assert load_config("paper").launcher.activation_checkpointing is True
+    for profile in ("smoke", "mini"):
+        assert load_config(profile).launcher.activation_checkpointing is False
+    for on in (False, True):
+        cfg = tiny_cfg(tmp_path, **{"launcher.activation_checkpointing": on})
+        out = tmp_path / f"out{on}"
+        for args in (sft_args(cfg, out), grpo_args(cfg, out),
+                     pretrain_args(cfg, out, max_steps=2, batch_size=2, lr=1e-3, warmup=0, scheduler="constant")):
+            assert args.activation_checkpointing is on and args.gradient_checkpointing is on, type(args).__name__
+            if on:
+                assert args.activation_checkpointing_kwargs == {"use_reentrant": False}
+
+
+@pytest.mark.timeout(300)
+def test_sft_trains_with_activation_checkpointing(base_dir, tmp_path, monkeypatch):
+    """The setting reaches the model: a real SFT job with checkpointing on trains with it enabled."""
+    from transformers import TrainerCallback
+
+    from acl_lib.train import sft
+
+    seen = {}
+
+    class Probe(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kw):
+            seen["checkpointing"] = model.is_activation_checkpointing
+
+    cfg = tiny_cfg(tmp_path, **{"launcher.activation_checkpointing": True, "sft.max_steps": 1, "sft.batch_size": 2})
+    env = DeskEnv()
+    rows, _ = sft.collect_demos(env, desk_expert, env.tasks("train", 2), max_turns=6)
+    import trl
+
+    class Probed(trl.SFTTrainer):  # train_sft imports trl.SFTTrainer when it runs
+        def __init__(self, *a, callbacks=(), **kw):
+            super().__init__(*a, callbacks=[*callbacks, Probe()], **kw)
+
+    monkeypatch.setattr(trl, "SFTTrainer", Probed)
+    summary = sft.train_sft(cfg, base_dir, rows, tmp_path / "sft")
+    assert summary["steps"] == 1 and seen["checkpointing"] is True
