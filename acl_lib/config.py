@@ -196,8 +196,10 @@ class EvalConfig(_Section):
     suites: Literal["in_domain", "ood", "all"] = "all"
     # Per benchmark (its key: retail, telecom, ...), limits that replace max_turns / max_new_tokens above, e.g.
     # {retail: {max_turns: 10, max_new_tokens: 121}}. The mini profile's come from what the scripted expert needs
-    # (benchmarks/expert_needs.py: its longest episode and longest turn, plus a margin).
-    limits: dict[str, dict[Literal["max_turns", "max_new_tokens"], int]] = Field(default_factory=dict)
+    # (benchmarks/expert_needs.py: its longest episode and longest turn, plus a margin). ``max_tasks``: how many tasks
+    # of that benchmark to score, instead of worlds.n_test / worlds.n_ood (a real set smaller than that is scored
+    # whole; the paper profile sizes each OOD benchmark this way).
+    limits: dict[str, dict[Literal["max_turns", "max_new_tokens", "max_tasks"], int]] = Field(default_factory=dict)
 
     @field_validator("limits")
     @classmethod

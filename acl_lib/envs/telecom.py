@@ -27,6 +27,7 @@ Episodes, gold replay and scoring are the generic desk of ``desk.py`` (``DeskEpi
 from __future__ import annotations
 
 import copy
+import logging
 import random
 
 from acl_lib.chat import format_tool_call
@@ -43,6 +44,8 @@ from acl_lib.envs.desk import (
     planned_turn,
     replay_actions,
 )
+
+log = logging.getLogger(__name__)
 
 DEFAULT_APN = "internet"
 MAX_REFUEL_GB = 2.0
@@ -339,6 +342,10 @@ class TelecomEnv(Environment):
     """
 
     name = "telecom"
+    # The most tasks a split is drawn with. The generator knows six problems, each solved by one fixed plan; past
+    # 100 tasks per problem a larger set repeats them with other names and numbers, which adds compute (a million
+    # episodes for ``worlds.n_ood: 1000000``) and no information: a pass rate on 600 tasks is +-2 points at most.
+    MAX_TASKS = 600
 
     def __init__(self, worlds=None, seed: int = 0):
         self.worlds = worlds
@@ -351,6 +358,10 @@ class TelecomEnv(Environment):
     def tasks(self, split: str, n: int, seed: int = 0) -> list[Task]:
         if split not in self.splits:
             raise ValueError(f"telecom has splits {sorted(self.splits)}, not {split!r}")
+        if n > self.MAX_TASKS:
+            log.warning("telecom: %d tasks asked, drawing %d (TelecomEnv.MAX_TASKS: beyond it the generated tasks "
+                        "only repeat its %d problems)", n, self.MAX_TASKS, len(TELECOM_KINDS))
+            n = self.MAX_TASKS
         out = []
         for i in range(n):
             rng = random.Random(f"telecom|{self.seed}|{split}|{seed}|{i}")
