@@ -191,3 +191,18 @@ def test_sft_trains_with_activation_checkpointing(base_dir, tmp_path, monkeypatc
     monkeypatch.setattr(trl, "SFTTrainer", Probed)
     summary = sft.train_sft(cfg, base_dir, rows, tmp_path / "sft")
     assert summary["steps"] == 1 and seen["checkpointing"] is True
+
+
+def test_grpo_vllm_rollouts_stop_at_a_turn_and_know_the_context(tmp_path):
+    """vLLM rollouts (paper): the engine's context from the config, one turn per call, stop at eos/<|im_end|>."""
+    from acl_lib.train.grpo import grpo_args
+
+    cfg = tiny_cfg(tmp_path, **{"grpo.use_vllm": True})
+    multi = grpo_args(cfg, tmp_path / "m", multi_turn=True, stop_ids=[5, 6])
+    assert multi.vllm_max_model_length == cfg.model.max_position_embeddings
+    assert multi.generation_kwargs == {"stop_token_ids": [5, 6], "max_tokens": cfg.grpo.max_new_tokens}
+    assert multi.max_completion_length == cfg.grpo.max_episode_tokens  # the rollout budget stays TRL's
+    single = grpo_args(cfg, tmp_path / "s", multi_turn=False, stop_ids=[5, 6])
+    assert single.generation_kwargs == {"stop_token_ids": [5, 6]}
+    plain = grpo_args(tiny_cfg(tmp_path), tmp_path / "p", stop_ids=[5, 6])  # HF generation: nothing vLLM-only
+    assert plain.generation_kwargs is None and plain.vllm_max_model_length is None

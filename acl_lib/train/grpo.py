@@ -27,8 +27,22 @@ from pathlib import Path
 from acl_lib.train import common
 
 
-def grpo_args(cfg, out_dir, multi_turn: bool = False):
-    """The ``trl.GRPOConfig`` of a stage (CPU-safe settings from ``common.trainer_kwargs``)."""
+def vllm_kwargs(cfg, multi_turn: bool, stop_ids: list[int] | None) -> dict:
+    """``GRPOConfig`` fields of vLLM rollouts (``grpo.use_vllm``): the engine's context is the model's
+    (``model.max_position_embeddings``, not vLLM's guess from the checkpoint), every call stops at a turn's end
+    (``stop_ids``: eos and ``<|im_end|>``, since a hub base model's eos is ``<|endoftext|>``), and a multi-turn
+    call generates one turn (``grpo.max_new_tokens``), not the whole rollout budget ``max_completion_length``."""
+    if not cfg.grpo.use_vllm:
+        return {}
+    gen: dict = {"stop_token_ids": list(stop_ids)} if stop_ids else {}
+    if multi_turn:
+        gen["max_tokens"] = cfg.grpo.max_new_tokens  # overrides TRL's max_completion_length per vLLM call
+    return {"vllm_max_model_length": cfg.model.max_position_embeddings, "generation_kwargs": gen or None}
+
+
+def grpo_args(cfg, out_dir, multi_turn: bool = False, stop_ids: list[int] | None = None):
+    """The ``trl.GRPOConfig`` of a stage (CPU-safe settings from ``common.trainer_kwargs``; vLLM settings from
+    ``vllm_kwargs``)."""
     from trl import GRPOConfig
 
     g = cfg.grpo
@@ -37,6 +51,7 @@ def grpo_args(cfg, out_dir, multi_turn: bool = False):
                          f"grpo.num_generations ({g.num_generations})")
     kw = common.trainer_kwargs(cfg, out_dir, max_steps=g.max_steps, batch_size=g.batch_size,
                                learning_rate=g.learning_rate, scheduler="constant")
+    kw.update(vllm_kwargs(cfg, multi_turn, stop_ids))
     return GRPOConfig(
         **kw,
         num_generations=g.num_generations,
@@ -64,7 +79,9 @@ def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func / environment_factory are "experimental"
     model, tok = common.load_model_and_tokenizer(model_dir, cfg)
     multi = trl_env.is_multi_turn(tasks)
-    args = grpo_args(cfg, out_dir, multi_turn=multi)
+    from acl_lib.eval.harness import stop_token_ids
+
+    args = grpo_args(cfg, out_dir, multi_turn=multi, stop_ids=stop_token_ids(tok))
     data = trl_env.grpo_dataset(tasks)
     if multi:
         max_turns = cfg.grpo.max_turns

@@ -286,8 +286,9 @@ def vllm_policy(trainer) -> Policy:
 
     Needs ``vllm_mode="colocate"`` with tensor parallel size 1 (``grpo.grpo_args`` sets colocate): each rank
     then generates locally, so ranks whose episodes take different numbers of turns never wait on each other.
-    Server mode gathers prompts across ranks on every call and would deadlock on unequal turn counts. vLLM caps
-    each call at ``max_completion_length``; ``rollout_episodes`` applies the per-turn and rollout budgets.
+    Server mode gathers prompts across ranks on every call and would deadlock on unequal turn counts. Each call
+    generates one turn: ``grpo.vllm_kwargs`` caps it at ``grpo.max_new_tokens`` and stops it at eos /
+    ``<|im_end|>``; ``rollout_episodes`` applies the rollout budget.
     Not exercised here (no vLLM on CPU).
     """
 
