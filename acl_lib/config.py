@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
+                      model_validator)
 
 DOMAINS = ("math", "search", "ecom", "if")
 
@@ -133,6 +134,37 @@ RETAIL_KINDS = ("order_status", "order_total", "cancel", "modify_order_address",
 DEFAULT_MATH_LEVELS = {"train": [4, 3, 2, 1], "test": [1, 2, 3, 4]}
 
 
+class UserSimConfig(_Section):
+    """The LLM user simulator of the real tau2 tasks (``acl_lib/envs/llm_user.py``; tau2-bench's protocol).
+
+    ``backend``: ``none`` (real tasks without a structured scenario cannot be played; the mini worlds' rule-based
+    user needs no model), ``hf`` (a local HF model, batched ``generate`` as the evaluator's policy), ``vllm`` (an
+    in-process vLLM engine) or ``openai`` (any OpenAI-compatible ``/v1/chat/completions`` endpoint: the OpenAI API,
+    ``vllm serve``, ``transformers serve``).
+    """
+
+    backend: Literal["none", "hf", "vllm", "openai"] = "none"
+    model: str = ""  # hf / vllm: a model directory or hub id; openai: the model name the endpoint serves
+    url: str = ""  # openai: the API's base URL, up to /v1 (e.g. http://127.0.0.1:8000/v1)
+    api_key_env: str = ""  # openai: NAME of the environment variable holding the key ("" = send no key)
+    temperature: float = Field(0.0, ge=0)  # tau2's default for the user: 0
+    max_new_tokens: int = Field(256, ge=1)  # per user message
+    max_turns: int = Field(30, ge=1)  # user messages per conversation, the first included; then the episode ends
+    timeout_s: float = Field(120.0, gt=0)  # openai: per request
+    retries: int = Field(2, ge=0)  # openai: further tries after a connection error, 429 or 502-504 (never a 500)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # hf / vllm
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> "UserSimConfig":
+        if self.backend != "none" and not self.model:
+            raise ValueError(f"user_sim.backend={self.backend} needs user_sim.model (a model directory, hub id or, "
+                             "for openai, the served model's name)")
+        if self.backend == "openai" and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"user_sim.backend=openai needs user_sim.url, an http(s):// base URL ending in /v1, "
+                             f"got {self.url!r}")
+        return self
+
+
 class WorldsConfig(_Section):
     """How many tasks of each split the mini worlds generate, and where real data lives."""
 
@@ -158,6 +190,17 @@ class WorldsConfig(_Section):
     # Fewer kinds make shorter, easier episodes; the 16 tools, the tau2 schema and the reward stay the same.
     retail_kinds: list[str] = Field(default_factory=lambda: list(RETAIL_KINDS))
     retail_auth: Literal["any", "email"] = "any"
+    # Who plays the customer of the real tau2 tasks (paper profile); see UserSimConfig.
+    user_sim: UserSimConfig = Field(default_factory=UserSimConfig)
+
+    @model_serializer(mode="wrap")
+    def _dump_without_default_user_sim(self, handler):
+        # At its default (backend none) user_sim is left out of the dump, so the worlds hash of every run made
+        # before the key existed (all mini and smoke runs) is unchanged; any other value is dumped and hashed.
+        out = handler(self)
+        if isinstance(out, dict) and self.user_sim == UserSimConfig():
+            out.pop("user_sim", None)
+        return out
 
     @field_validator("retail_kinds")
     @classmethod

@@ -24,7 +24,10 @@ Tasks come from two sources:
   the first person. The initial state (message-history tool calls, ``initialization_data``,
   assistant ``initialization_actions``) is applied to the database. Skipped, with the reason logged:
   tasks graded only by natural-language assertions (need an LLM judge) and tasks that need user-side
-  tools (notifications). Of the 10 fixture tasks, 8 are playable.
+  tools (notifications). Of the 10 fixture tasks, 8 are playable. With an LLM user simulator configured
+  (``worlds.user_sim``, ``llm_user.py``) the same 8 tasks are played by it from their own ``user_scenario``
+  instead of the derived request, as tau2 plays them (a task's earlier ``message_history`` only changes the
+  database; the conversation starts afresh).
 
 Reward (all that the task's ``reward_basis`` names, default ``DB`` + ``COMMUNICATE``): the final database
 equals the one produced by replaying the gold actions on a fresh copy (``DB``), every gold action was
@@ -308,7 +311,7 @@ def tau2_task_to_task(raw: dict, db: dict, policy: str) -> tuple[Task | None, st
         return None, "gold actions the scenario derivation does not cover"
     scenario = {"request": request, "auth": {}, "details": {}, "confirm": "yes", "max_turns": 6}
     meta = {"source": "tau2", "kind": "tau2", "expert_writes": writes if not actions else [],
-            "derived_request": True}
+            "derived_request": True, "user_scenario": raw.get("user_scenario")}
     task = make_task(f"tau2-mock-{raw['id']}", "mock", policy, db, actions, scenario, meta,
                      reward_basis=basis, env_assertions=env_asserts)
     return task, None
@@ -364,6 +367,11 @@ class MockEnv(Environment):
         return out
 
     def start(self, task: Task, max_turns: int = 16) -> DeskEpisode:
+        user_sim = getattr(self.worlds, "user_sim", None)
+        if user_sim is not None and user_sim.backend != "none" and (task.meta or {}).get("user_scenario"):
+            from acl_lib.envs import llm_user  # a real tau2 task, played by its own user_scenario
+
+            return llm_user.start_episode(task, MOCK_DESK, user_sim, max_turns=max_turns)
         return DeskEpisode(task, MOCK_DESK, max_turns=max_turns)
 
 

@@ -15,9 +15,9 @@ signatures, one-line descriptions), so the prompt fits a small model's context.
 
 Paper profile (``worlds.data_dir`` set): ``<data_dir>/retail/{db.json,tasks.json,split_tasks.json,policy.md}``
 (the layout of the tau2-bench data, as in ``tests/data/tau2``); the agent sees the real ``policy.md`` and the reference's full
-tool schemas. The real tasks describe their user in prose for an LLM user
-simulator, which is not available offline: ``start()`` on such a task raises ``ConfigError`` saying so.
-Their gold replay (``replay`` / ``replay_cli``) works offline.
+tool schemas. The real tasks describe their user in prose (``user_scenario``): their customer is the LLM user
+simulator of ``llm_user.py`` (``worlds.user_sim``; ``start()`` raises ``ConfigError`` naming the key when none
+is set). Their gold replay (``replay`` / ``replay_cli``) needs no simulator.
 
 Reward (both scales): the episode's final database must equal the one obtained by replaying the task's
 gold actions on a fresh copy of the world database (failed gold actions are skipped: they change
@@ -461,17 +461,18 @@ class RetailEnv(Environment):
 
     def start(self, task: Task, max_turns: int = 16) -> DeskEpisode:
         scenario = (task.answer or {}).get("scenario")
-        if not scenario:
-            raise ConfigError(
-                f"retail task {task.id} has no structured user scenario: the real tau2 tasks need an LLM user "
-                "simulator, which is not available offline. Play mini tasks, or replay gold actions with "
-                "acl_lib.envs.retail_db.replay."
-            )
+        if not scenario:  # a real tau2 task: its customer is the LLM user simulator (fails fast if none is set)
+            from acl_lib.envs import llm_user
+
+            llm_user.simulator_for(self.worlds.user_sim)
         world = self.world((task.meta or {}).get("world_seed"))
         key = json.dumps([(task.meta or {}).get("world_seed"), task.answer.get("actions")], sort_keys=True)
         if key not in self._gold:  # the gold end state of a task is computed once per environment
             self._gold[key] = gold_state(world, task.answer.get("actions") or [])
-        return DeskEpisode(task, RetailDesk(world, self._gold[key]), max_turns=max_turns)
+        desk = RetailDesk(world, self._gold[key])
+        if not scenario:
+            return llm_user.start_episode(task, desk, self.worlds.user_sim, max_turns=max_turns)
+        return DeskEpisode(task, desk, max_turns=max_turns)
 
 
 def gold_state(world: dict, actions: list[dict]) -> dict:

@@ -1,0 +1,407 @@
+"""An LLM user simulator for the real tau2 tasks (retail, mock), following tau2-bench's protocol.
+
+The mini worlds' tasks carry a structured scenario that the rule-based ``usersim.RuleUser`` plays. The real tau2
+tasks describe their customer in prose (``user_scenario``: an optional ``persona`` and ``instructions``, either a
+string or the fields ``domain``, ``reason_for_call``, ``known_info``, ``unknown_info``, ``task_instructions``), for a
+language model to play. This module is that player:
+
+- **Instructions.** The simulator's system prompt is our guidelines for playing a customer (one message at a
+  time, follow the scenario, never invent facts, disclose information only when asked) followed by the scenario
+  rendered field by field inside ``<scenario>`` tags (``system_prompt``), as tau2 builds it.
+- **Conversation.** tau2's agent opens with a fixed greeting (``GREETING``); the simulator answers it with the
+  customer's first message. The simulator sees the conversation with the roles flipped (the agent's text turns
+  as ``user`` messages, its own as ``assistant``); the agent's tool calls and tool results are not shown to it.
+  The agent's transcript starts at the customer's first message: the greeting is shown to the simulator only
+  (so the agent's prompt has the shape of every other task's).
+- **Ending.** The customer ends the conversation with ``###STOP###`` (request done), ``###TRANSFER###`` (handed
+  to another agent) or ``###OUT-OF-SCOPE###`` (the scenario does not say how to go on); the agent ends it with a
+  successful ``transfer_to_human_agents``. After ``max_turns`` customer messages the conversation is cut off.
+- **Reward** (``LLMUserEpisode``), as tau2 scores a simulation: a conversation that ended by one of those signals is
+  scored by the desk's own check (the final database equals the gold replay's, plus what the task's reward basis
+  names); one that ended any other way (a turn limit, a context limit, a failed simulator turn) scores 0, and
+  ``failure`` says which.
+- **Failed turns.** A simulator turn fails when its backend raises (an HTTP error: ``transformers serve`` answers
+  500 when it cannot parse a response with the tokenizer's response template; a timeout; a context overflow) or
+  when its reply is garbled: empty once ``<think>`` blocks are removed, or holding tool-call markup (the customer
+  has no tools). The episode then ends at once with ``failure = "user simulator failed: ..."``, never a crash.
+
+The simulating model (``worlds.user_sim``, ``config.UserSimConfig``) is any policy the suite has, or an endpoint:
+
+- ``hf``: ``eval.harness.HFPolicy`` on a local model directory or hub id;
+- ``vllm``: ``eval.harness.VLLMPolicy`` (GPU machines);
+- ``openai``: ``OpenAIChat``, a client of an OpenAI-compatible ``POST {url}/chat/completions`` (the OpenAI API,
+  ``vllm serve``, ``transformers serve``); the API key is read from the environment variable named by
+  ``api_key_env``. Serving one of our models with ``transformers serve`` for this: ``serving_copy`` writes a
+  copy of the model directory whose tokenizer parses responses as plain text (see its docstring).
+
+One simulator per configuration is built per process (``simulator_for``) and shared by every episode. Its turns
+are generated one conversation at a time (the ``Episode.step`` interface answers one episode per call).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from acl_lib.config import ConfigError, UserSimConfig
+from acl_lib.envs.base import Task
+from acl_lib.envs.desk import Desk, DeskEpisode
+
+STOP = "###STOP###"
+TRANSFER = "###TRANSFER###"
+OUT_OF_SCOPE = "###OUT-OF-SCOPE###"
+SIGNALS = {STOP: "stop", TRANSFER: "transfer", OUT_OF_SCOPE: "out_of_scope"}
+GREETING = "Hi! How can I help you today?"  # tau2's opening agent message
+
+# Our wording of what tau2's guidelines ask of the simulated customer.
+GUIDELINES = f"""You are role-playing a customer who contacts a customer service agent. The scenario below says who you are and what you want.
+
+Rules:
+- Write only the customer's next message, one message at a time, as a real customer would in a chat.
+- Follow the scenario. Do not invent any fact it does not give you (names, numbers, ids, addresses): what it does not say, you do not know.
+- Share information a piece at a time, when the agent asks for it; do not recite the scenario.
+- Keep going until what the scenario asks for is done. Then write {STOP} to end the conversation.
+- If the agent transfers you to another agent, write {TRANSFER}.
+- If the scenario does not tell you enough to go on, write {OUT_OF_SCOPE}."""
+
+
+class UserSimError(RuntimeError):
+    """A failed simulator turn (backend error, context limit, garbled reply): ends the episode, never a run."""
+
+
+# --- instructions ----------------------------------------------------------------------------------------
+
+
+def _indent(text: str) -> str:
+    return "\n".join("\t" + line for line in str(text).splitlines() or [""])
+
+
+def scenario_text(user_scenario: dict | str) -> str:
+    """A tau2 ``user_scenario`` rendered for the simulator: ``Persona:`` (when given) and ``Instructions:``, the
+    structured instructions one field per heading (domain, reason for call, known info, unknown info, task
+    instructions; absent fields left out), free-text instructions as they are."""
+    if isinstance(user_scenario, str):
+        user_scenario = {"instructions": user_scenario}
+    if not isinstance(user_scenario, dict) or not user_scenario.get("instructions"):
+        raise ValueError(f"a tau2 user_scenario needs 'instructions', got {user_scenario!r:.200}")
+    lines = []
+    if user_scenario.get("persona"):
+        lines += ["Persona:", _indent(user_scenario["persona"])]
+    ins = user_scenario["instructions"]
+    if isinstance(ins, dict):
+        fields = [("Domain", "domain"), ("Reason for call", "reason_for_call"), ("Known info", "known_info"),
+                  ("Unknown info", "unknown_info"), ("Task instructions", "task_instructions")]
+        body = []
+        for title, key in fields:
+            value = ins.get(key)
+            if not value:
+                continue
+            body += [f"Domain: {value}"] if key == "domain" else [f"{title}:", _indent(value)]
+        if not any(ins.get(k) for k in ("reason_for_call", "task_instructions")):
+            raise ValueError("structured tau2 instructions need reason_for_call or task_instructions")
+        text = "\n".join(body)
+    else:
+        text = str(ins)
+    lines += ["Instructions:", _indent(text)]
+    return "\n".join(lines)
+
+
+def system_prompt(user_scenario: dict | str) -> str:
+    """The simulator's system prompt: the guidelines, then the scenario inside ``<scenario>`` tags."""
+    return f"{GUIDELINES}\n\n<scenario>\n{scenario_text(user_scenario)}\n</scenario>"
+
+
+def flipped_messages(transcript: list[dict]) -> list[dict]:
+    """The conversation as the simulating model sees it: the agent's turns (``agent``) as ``user`` messages,
+    the customer's own (``user``) as ``assistant`` messages."""
+    return [{"role": "user" if m["role"] == "agent" else "assistant", "content": m["content"]} for m in transcript]
+
+
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
+_TOOL_MARKUP = re.compile(r"</?tool_call>|</?tool_response>")
+
+
+def clean_reply(text: str | None) -> str:
+    """The customer's message from a raw generation: ``<think>`` blocks removed, whitespace stripped. Raises
+    ``UserSimError`` when nothing is left or the reply holds tool-call markup."""
+    if not isinstance(text, str):
+        raise UserSimError(f"no text in the simulator's reply ({type(text).__name__})")
+    out = _THINK.sub("", text).replace("</think>", "").strip()
+    if not out:
+        raise UserSimError("empty reply")
+    if _TOOL_MARKUP.search(out):
+        raise UserSimError(f"the reply holds tool-call markup (the customer has no tools): {out[:120]!r}")
+    return out
+
+
+# --- backends: messages in, text out -------------------------------------------------------------------------
+
+
+class Chat(Protocol):
+    """A simulating model: chat messages (system, user, assistant) in, the next assistant text out. Raises
+    ``UserSimError`` on failure."""
+
+    def __call__(self, messages: list[dict]) -> str: ...
+
+
+class PolicyChat:
+    """One of the suite's policies (``HFPolicy``, ``VLLMPolicy``) as a simulator backend: the conversation goes
+    through the policy's chat template as a task without tools; ``max_new_tokens`` tokens per message."""
+
+    def __init__(self, policy, max_new_tokens: int = 256):
+        self.policy = policy
+        self.max_new_tokens = max_new_tokens
+        self.name = f"policy:{getattr(policy, 'name', type(policy).__name__)}"
+        self._task = Task(id="user-simulator", domain="user_sim", benchmark="user_sim", system_prompt="", user_prompt="")
+
+    def __call__(self, messages: list[dict]) -> str:
+        if hasattr(self.policy, "max_new_tokens"):
+            self.policy.max_new_tokens = self.max_new_tokens
+        msgs = list(messages)
+        try:
+            (text,) = self.policy([(self._task, msgs)])
+        finally:
+            if hasattr(self.policy, "forget"):
+                self.policy.forget(self._task, msgs)
+        if text is None:  # HFPolicy's context guard
+            raise UserSimError("context limit: the conversation no longer fits the simulating model's context")
+        return text
+
+
+class OpenAIChat:
+    """A client of an OpenAI-compatible ``POST {url}/chat/completions`` (non-streaming), standard library only.
+
+    A connection error, a timeout, 429 and 502-504 are retried ``retries`` times (1 s, 2 s, ... apart); any other
+    non-200 answer fails the turn at once: a 500 from ``transformers serve`` means it could not parse the response,
+    and the same greedy request would fail again. The key, when ``api_key_env`` names a variable, goes in
+    ``Authorization: Bearer``.
+    """
+
+    RETRY_STATUS = {429, 502, 503, 504}
+
+    def __init__(self, url: str, model: str, api_key_env: str = "", temperature: float = 0.0,
+                 max_new_tokens: int = 256, timeout_s: float = 120.0, retries: int = 2):
+        self.url = url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.name = f"openai:{model}@{url}"
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.api_key = None
+        if api_key_env:
+            self.api_key = os.environ.get(api_key_env)
+            if not self.api_key:
+                raise ConfigError(f"worlds.user_sim.api_key_env={api_key_env!r}: the environment variable "
+                                  f"{api_key_env} is not set (it must hold the API key of {url})")
+
+    def _post(self, body: bytes) -> dict:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            return json.loads(resp.read().decode("utf-8"))
+
+    def __call__(self, messages: list[dict]) -> str:
+        body = json.dumps({"model": self.model, "messages": messages, "temperature": self.temperature,
+                           "max_tokens": self.max_new_tokens, "stream": False}).encode()
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(float(attempt))
+            try:
+                out = self._post(body)
+            except urllib.error.HTTPError as exc:
+                detail = exc.read(300).decode("utf-8", "replace").strip()
+                last = f"HTTP {exc.code} from {self.url}" + (f": {detail}" if detail else "")
+                if exc.code in self.RETRY_STATUS:
+                    continue
+                raise UserSimError(last) from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+                last = f"cannot reach {self.url} ({getattr(exc, 'reason', None) or exc})"
+                continue
+            except ValueError as exc:
+                raise UserSimError(f"{self.url} answered with something that is not JSON ({exc})") from None
+            try:
+                msg = out["choices"][0]["message"]
+            except (KeyError, IndexError, TypeError):
+                raise UserSimError(f"{self.url} answered without choices[0].message: {str(out)[:200]}") from None
+            if msg.get("tool_calls") and not msg.get("content"):
+                raise UserSimError("the reply is a tool call (the customer has no tools)")
+            return msg.get("content") or ""
+        raise UserSimError(last + f" (after {self.retries + 1} tries)")
+
+
+_SIMULATORS: dict[str, Chat] = {}
+
+
+def simulator_for(cfg: UserSimConfig) -> Chat:
+    """The simulating model of ``cfg``, built once per process (a local model is loaded once and shared)."""
+    if cfg.backend == "none":
+        raise ConfigError(
+            "this task has no structured user scenario: a real tau2 task needs the LLM user simulator. Set "
+            "worlds.user_sim.backend (hf, vllm or openai) and worlds.user_sim.model (and, for openai, "
+            "worlds.user_sim.url and api_key_env); see acl_lib/envs/llm_user.py")
+    key = json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
+    if key not in _SIMULATORS:
+        if cfg.backend == "openai":
+            chat: Chat = OpenAIChat(cfg.url, cfg.model, cfg.api_key_env, cfg.temperature, cfg.max_new_tokens,
+                                    cfg.timeout_s, cfg.retries)
+        else:
+            from acl_lib.eval.harness import HFPolicy, VLLMPolicy
+
+            if cfg.backend == "hf":
+                # reuse_kv=False: every simulator prompt is a new message list, a per-episode cache would only grow
+                policy = HFPolicy(cfg.model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype,
+                                  reuse_kv=False)
+            else:
+                policy = VLLMPolicy(cfg.model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype)
+            chat = PolicyChat(policy, cfg.max_new_tokens)
+        _SIMULATORS[key] = chat
+    return _SIMULATORS[key]
+
+
+# --- the simulated customer ---------------------------------------------------------------------------------
+
+
+class LLMUser:
+    """The customer of one conversation, played by ``chat`` following ``user_scenario`` (tau2 schema).
+
+    ``first_message()`` answers the greeting; ``reply(agent_text)`` answers an agent message. Neither raises: a
+    failed turn sets ``error`` and returns ``""``; a message with a signal sets ``signal`` (``stop``,
+    ``transfer``, ``out_of_scope``); the ``max_turns``-th message sets ``cut_off``. ``transcript`` holds the
+    exchange (``{"role": "user"|"agent", "content"}``), the greeting first.
+    """
+
+    def __init__(self, user_scenario: dict | str, chat: Chat | Callable[[list[dict]], str], max_turns: int = 30):
+        self.system_prompt = system_prompt(user_scenario)
+        self.chat = chat
+        self.max_turns = max_turns
+        self.transcript: list[dict] = [{"role": "agent", "content": GREETING}]
+        self.signal: str | None = None
+        self.error: str | None = None
+        self.cut_off = False
+
+    @property
+    def said(self) -> list[str]:
+        return [m["content"] for m in self.transcript if m["role"] == "user"]
+
+    @property
+    def done(self) -> bool:
+        return bool(self.signal or self.error or self.cut_off)
+
+    def prompt(self) -> list[dict]:
+        """The messages the simulating model is given for its next turn."""
+        return [{"role": "system", "content": self.system_prompt}] + flipped_messages(self.transcript)
+
+    def _turn(self) -> str:
+        if self.done:
+            return ""
+        try:
+            text = clean_reply(self.chat(self.prompt()))
+        except UserSimError as exc:
+            self.error = str(exc)
+            return ""
+        self.transcript.append({"role": "user", "content": text})
+        self.signal = next((name for token, name in SIGNALS.items() if token in text), None)
+        if not self.signal and len(self.said) >= self.max_turns:
+            self.cut_off = True
+        return text
+
+    def first_message(self) -> str:
+        """The customer's opening message (the answer to ``GREETING``); idempotent."""
+        return self.said[0] if self.said else self._turn()
+
+    def reply(self, agent_text: str) -> str:
+        """The customer's answer to ``agent_text`` (``""`` once the conversation is over or the turn failed)."""
+        if self.done:
+            return ""
+        self.transcript.append({"role": "agent", "content": agent_text if isinstance(agent_text, str) else ""})
+        return self._turn()
+
+
+class LLMUserEpisode(DeskEpisode):
+    """A desk episode (``desk.DeskEpisode``: the domain's tools and check) whose customer is an ``LLMUser``.
+
+    The customer's first message replaces the task's ``user_prompt`` (which, for real tasks, is only the reason
+    for the call). Scored as tau2 does: the desk's check when the conversation ended by a customer signal or a
+    successful transfer by the agent, else 0 (see the module docstring).
+    """
+
+    def __init__(self, task: Task, desk: Desk, user: LLMUser, max_turns: int = 16):
+        super().__init__(task, desk, max_turns=max_turns)
+        self.user = user  # replaces the rule-based user DeskEpisode made
+        first = user.first_message()
+        self.messages[-1] = {"role": "user", "content": first}
+        if user.done:  # failed, signalled or cut off at the first message
+            self.done = True
+
+    def on_text(self, content: str) -> list[dict]:
+        reply = self.user.reply(content)
+        if self.user.done:
+            self.done = True
+        return [{"role": "user", "content": reply}] if reply else []
+
+    def _score(self) -> float:
+        if self.user.error:
+            self.failure = f"user simulator failed: {self.user.error}"
+            return 0.0
+        if not (self.user.signal or self.transferred):
+            why = (f"user turn limit ({self.user.max_turns} messages) reached" if self.user.cut_off
+                   else self.end_reason or "the conversation did not end")
+            self.failure = f"ended before the customer finished: {why}"
+            return 0.0
+        return super()._score()
+
+    def record(self) -> dict:
+        rec = super().record()
+        rec["user_sim"] = {"signal": self.user.signal, "error": self.user.error, "cut_off": self.user.cut_off,
+                           "model": getattr(self.user.chat, "name", type(self.user.chat).__name__)}
+        return rec
+
+
+def start_episode(task: Task, desk: Desk, cfg: UserSimConfig, max_turns: int = 16) -> LLMUserEpisode:
+    """An ``LLMUserEpisode`` for a real tau2 ``task`` (its ``meta["user_scenario"]``) with ``cfg``'s simulator."""
+    scenario = (task.meta or {}).get("user_scenario")
+    if not scenario:
+        raise ConfigError(f"task {task.id} has neither a structured scenario nor a tau2 user_scenario to play")
+    user = LLMUser(scenario, simulator_for(cfg), max_turns=cfg.max_turns)
+    return LLMUserEpisode(task, desk, user, max_turns=max_turns)
+
+
+# --- serving one of our models as a simulator --------------------------------------------------------------
+
+# A response template that reads the whole reply as text: no tool-call field to fail parsing on.
+TEXT_RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "fields": {"content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"}},
+    "start_anchor": "<|im_start|>assistant\n",
+}
+
+
+def serving_copy(model_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """A copy of ``model_dir`` for ``transformers serve`` as a user simulator; returns ``out_dir``.
+
+    ``transformers serve`` parses every response with the tokenizer's ``response_template`` and answers HTTP 500
+    when a response holds a malformed tool call (docs/stack-notes.md). Dropping the template does not help with a
+    Qwen3 model: serve then falls back to its built-in Qwen3 template, tool calls included. So the copy's
+    ``tokenizer_config.json`` carries ``TEXT_RESPONSE_TEMPLATE`` (content only). Weights are linked, not copied.
+    """
+    src, dst = Path(model_dir), Path(out_dir)
+    if not (src / "tokenizer_config.json").is_file() or not (src / "config.json").is_file():
+        raise FileNotFoundError(f"{src} is not a model directory (needs config.json and tokenizer_config.json)")
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and f.name != "tokenizer_config.json" and not (dst / f.name).exists():
+            (dst / f.name).symlink_to(f.resolve())
+    conf: dict[str, Any] = json.loads((src / "tokenizer_config.json").read_text())
+    conf["response_template"] = TEXT_RESPONSE_TEMPLATE
+    (dst / "tokenizer_config.json").write_text(json.dumps(conf, indent=2))
+    return dst

@@ -1,0 +1,293 @@
+"""The LLM user simulator (acl_lib/envs/llm_user.py) on the real tau2 retail and mock tasks (tests/data/tau2).
+
+The simulating model is the shipped 2M-parameter mini base (acl_lib/data/mini_base): in process (the ``hf``
+backend, the evaluator's HFPolicy) and over HTTP (the ``openai`` backend against ``transformers serve`` started on
+127.0.0.1 inside the test). The mini base is no good customer, which is what the failure paths need: asked for an
+e-mail it writes tool-call markup (garbled: the episode ends with that reason), and served with its own tokenizer
+that markup makes ``transformers serve`` answer HTTP 500 (a failed turn). The agent is a gold-replay agent: the
+task's gold actions as tool calls, then the required information and a transfer to a human (which ends the
+conversation properly), so a correct end state scores 1 and a wrong one 0 by database equality.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from acl_lib.chat import format_tool_call
+from acl_lib.config import ConfigError, UserSimConfig, WorldsConfig, load_config
+from acl_lib.envs import llm_user
+from acl_lib.envs.llm_user import GREETING, LLMUser, OpenAIChat, UserSimError
+from acl_lib.envs.mock import MockEnv
+from acl_lib.envs.retail import RetailEnv
+from conftest import ROOT, child_env
+
+TAU2 = ROOT / "tests" / "data" / "tau2"
+MINI_BASE = ROOT / "acl_lib" / "data" / "mini_base"
+ASK_EMAIL = "Could you please give me your email address?"
+
+
+def hf_sim(**kw) -> UserSimConfig:
+    return UserSimConfig(backend="hf", model=str(MINI_BASE), max_new_tokens=kw.pop("max_new_tokens", 32), **kw)
+
+
+def gold_agent(task, messages) -> str:
+    """The task's gold actions one per turn, then what must be communicated and a transfer to a human."""
+    k = sum(1 for m in messages if m["role"] == "assistant")
+    actions = task.answer["actions"]
+    if k < len(actions):
+        return format_tool_call(actions[k]["name"], actions[k]["arguments"])
+    info = " ".join(str(i) for i in task.answer.get("communicate_info") or [])
+    return f"{info} Done; I am transferring you to a human agent.\n" + format_tool_call(
+        "transfer_to_human_agents", {"summary": "request handled"})
+
+
+def play(env, task, agent, max_turns=30):
+    ep = env.start(task, max_turns=max_turns)
+    while not ep.done:
+        ep.step(agent(task, ep.messages))
+    return ep
+
+
+def write_task(task) -> bool:
+    """The task's gold actions change the database (some real gold writes fail and change nothing)."""
+    from acl_lib.envs.retail import gold_state
+    from acl_lib.envs.retail_db import WRITE_TOOLS
+
+    if not any(a["name"] in WRITE_TOOLS for a in task.answer["actions"]):
+        return False
+    gold = gold_state(_WORLD(), task.answer["actions"])
+    return bool(gold["orders"] or gold["users"])
+
+
+def _WORLD():
+    if not hasattr(_WORLD, "db"):
+        _WORLD.db = json.loads((TAU2 / "retail" / "db.json").read_text())
+    return _WORLD.db
+
+
+def no_writes(agent):
+    """``agent`` with every write replaced by a harmless look-up: the end state cannot be the gold one."""
+    from acl_lib.envs.retail_db import WRITE_TOOLS
+
+    def wrong(task, messages):
+        text = agent(task, messages)
+        if any(f'"name": "{w}"' in text for w in WRITE_TOOLS):
+            return format_tool_call("get_user_details", {"user_id": "nobody"})
+        return text
+
+    return wrong
+
+
+# --- the protocol -----------------------------------------------------------------------------------------
+
+
+def test_system_prompt_is_built_from_the_user_scenario():
+    raw = json.loads((TAU2 / "retail" / "tasks.json").read_text())[0]
+    ins = raw["user_scenario"]["instructions"]
+    prompt = llm_user.system_prompt(raw["user_scenario"])
+    for key in ("reason_for_call", "known_info", "unknown_info", "task_instructions"):
+        assert ins[key] in prompt, key
+    assert prompt.index("Reason for call:") < prompt.index("Known info:") < prompt.index("Unknown info:") \
+        < prompt.index("Task instructions:")
+    assert "<scenario>" in prompt and "Domain: retail" in prompt
+    assert all(sig in prompt for sig in ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"))
+    mock = json.loads((TAU2 / "mock" / "tasks.json").read_text())[0]["user_scenario"]  # persona + free text
+    text = llm_user.scenario_text(mock)
+    assert text.startswith("Persona:\n\t" + mock["persona"]) and mock["instructions"] in text
+    with pytest.raises(ValueError, match="instructions"):
+        llm_user.scenario_text({"persona": "x"})
+
+
+def test_the_simulator_sees_the_conversation_with_roles_flipped():
+    # The model here is a plain function: what is tested is what LLMUser sends and how it reads the replies.
+    seen = []
+
+    def chat(messages):
+        seen.append(messages)
+        return ["<think>who am I?</think>  I want to return a lamp.", "Sure, it is a@b.com. ###STOP###"][len(seen) - 1]
+
+    user = LLMUser({"instructions": "Return the lamp."}, chat, max_turns=5)
+    assert user.first_message() == "I want to return a lamp." and user.first_message() == "I want to return a lamp."
+    assert seen[0][1:] == [{"role": "user", "content": GREETING}] and seen[0][0]["role"] == "system"
+    assert user.reply(ASK_EMAIL).endswith("###STOP###") and user.signal == "stop" and user.done
+    assert seen[1][1:] == [{"role": "user", "content": GREETING}, {"role": "assistant", "content": "I want to return a lamp."},
+                           {"role": "user", "content": ASK_EMAIL}]
+    assert user.reply("anything else?") == "" and len(seen) == 2  # over: the model is not asked again
+
+
+@pytest.mark.parametrize("reply, error", [("   ", "empty reply"), ("<think>only thinking", "empty reply"),
+                                          ('<tool_call>\n{"name": "x"}\n</tool_call>', "tool-call markup")])
+def test_a_garbled_reply_is_a_failed_turn(reply, error):
+    user = LLMUser({"instructions": "x"}, lambda m: reply)
+    assert user.first_message() == "" and error in user.error and user.done
+
+
+def test_turn_limit_and_transfer_signals():
+    user = LLMUser({"instructions": "x"}, lambda m: "Hello?", max_turns=2)
+    user.first_message()
+    user.reply("Hi.")
+    assert user.cut_off and user.done and user.reply("more") == ""
+    user = LLMUser({"instructions": "x"}, lambda m: "OK ###TRANSFER###")
+    assert user.first_message() and user.signal == "transfer"
+
+
+# --- in process: the mini base as the simulating LLM ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def retail_env():
+    return RetailEnv(WorldsConfig(data_dir=str(TAU2), user_sim=hf_sim()))
+
+
+def test_without_a_simulator_real_tasks_are_refused_with_the_key_to_set():
+    env = RetailEnv(WorldsConfig(data_dir=str(TAU2)))
+    with pytest.raises(ConfigError, match="worlds.user_sim.backend"):
+        env.start(env.tasks("test", 1)[0])
+    with pytest.raises(ConfigError, match="needs user_sim.model"):
+        load_config("smoke", ["worlds.user_sim.backend=hf"])
+    with pytest.raises(ConfigError, match="url"):
+        load_config("smoke", ["worlds.user_sim.backend=openai", "worlds.user_sim.model=m"])
+
+
+def test_real_retail_tasks_are_played_and_scored_by_database_equality(retail_env):
+    tasks = [t for t in retail_env.tasks("test", 40) if write_task(t)][:2]
+    assert len(tasks) == 2
+    chat = llm_user.simulator_for(retail_env.worlds.user_sim)
+    for task in tasks:
+        ep = play(retail_env, task, gold_agent)
+        # the first user message is the mini base's answer to the greeting, given the task's own scenario
+        first = ep.messages[1]["content"]
+        assert first and first != task.user_prompt
+        assert first == llm_user.clean_reply(chat(LLMUser(task.meta["user_scenario"], chat).prompt()))
+        assert ep.transferred and ep.reward() == 1.0, ep.failure
+        rec = ep.record()
+        assert rec["user_sim"]["model"].startswith("policy:") and rec["user_sim"]["error"] is None
+        # the same task without its writes: the database differs from the gold replay's
+        ep = play(retail_env, task, no_writes(gold_agent))
+        assert ep.reward() == 0.0 and "database differs from gold" in ep.failure
+
+
+def test_a_garbled_simulator_turn_ends_the_episode_with_its_reason(retail_env):
+    task = retail_env.tasks("test", 1)[0]
+    ep = retail_env.start(task, max_turns=10)
+    assert not ep.done
+    obs = ep.step(ASK_EMAIL)  # the mini base answers this with tool-call markup
+    assert obs == [] and ep.done
+    assert ep.reward() == 0.0 and ep.failure.startswith("user simulator failed: the reply holds tool-call markup")
+
+
+def test_a_conversation_cut_off_scores_zero_even_with_the_right_database(retail_env):
+    task = next(t for t in retail_env.tasks("test", 40) if not t.answer["communicate_info"] and not write_task(t))
+    ep = retail_env.start(task, max_turns=2)
+    ep.step("Let me check.")
+    ep.step("One moment please.")
+    assert ep.done and ep.reward() == 0.0
+    assert "ended before the customer finished" in ep.failure and "turn limit (2)" in ep.failure
+
+
+def test_real_mock_tasks_are_played_by_their_own_scenario():
+    env = MockEnv(WorldsConfig(data_dir=str(TAU2), user_sim=hf_sim()))
+    tasks = env.tasks("test", 10)
+    assert len(tasks) == 8  # the 2 that need an LLM judge or user-side tools stay out
+    task = next(t for t in tasks if t.id == "tau2-mock-create_task_1")
+    ep = play(env, task, gold_agent)
+    assert ep.messages[1]["content"] != task.user_prompt  # the LLM's message, not the derived request
+    assert ep.reward() == 1.0, ep.failure
+    assert ep.toolkit.db["tasks"]["task_2"]["title"] == "Important Meeting"
+
+
+def test_evaluation_runs_the_real_retail_and_mock_benchmarks(tmp_path):
+    from acl_lib.eval.harness import evaluate
+
+    cfg = load_config("smoke", [f"worlds.data_dir={TAU2}", "worlds.user_sim.backend=hf",
+                                f"worlds.user_sim.model={MINI_BASE}", "worlds.user_sim.max_new_tokens=32",
+                                "worlds.n_test=1", "worlds.n_ood=1", "eval.max_turns=2"])
+    metrics = evaluate(cfg, "null", tmp_path, benchmarks=["retail", "mock"])
+    assert metrics["n_tasks"] == {"retail": 1, "mock": 1} and metrics["scores"] == {"retail": 0.0, "mock": 0.0}
+    recs = [json.loads(line) for line in (tmp_path / "records" / "retail.jsonl").read_text().splitlines()]
+    assert all(r["failure"].startswith(("ended before the customer finished", "user simulator failed")) for r in recs)
+    assert all(r["messages"][1]["role"] == "user" and "user_sim" in r for r in recs)
+
+
+# --- over HTTP: transformers serve on the loopback address ------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """``transformers serve`` on 127.0.0.1 (models loaded per request: the mini base and its serving copy)."""
+    exe = shutil.which("transformers", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip('transformers serve is not installed: pip install "transformers[serving]"')
+    copy = llm_user.serving_copy(MINI_BASE, tmp_path_factory.mktemp("sim") / "mini_base_text")
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("serve") / "serve.log", "w")
+    proc = subprocess.Popen([exe, "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
+                            stdout=log, stderr=subprocess.STDOUT, env=child_env())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            if proc.poll() is not None:
+                pytest.fail(f"transformers serve exited with {proc.returncode}; see {log.name}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.25)
+        else:
+            pytest.fail("transformers serve did not answer /health within 60 s")
+        yield {"url": url + "/v1", "copy": str(copy)}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.mark.slow
+def test_over_http_against_transformers_serve(served):
+    sim = UserSimConfig(backend="openai", url=served["url"], model=served["copy"], max_new_tokens=32, retries=0)
+    env = RetailEnv(WorldsConfig(data_dir=str(TAU2), user_sim=sim))
+    task = next(t for t in env.tasks("test", 40) if write_task(t))
+    ep = play(env, task, gold_agent)
+    assert ep.messages[1]["content"] and ep.reward() == 1.0, ep.failure
+    assert ep.record()["user_sim"]["model"].startswith("openai:")
+    # the same model over HTTP and in process: greedy, the same first message
+    local = llm_user.simulator_for(hf_sim())
+    assert ep.messages[1]["content"] == llm_user.clean_reply(local(LLMUser(task.meta["user_scenario"], local).prompt()))
+    # the serving copy answers the tool-call markup as text (200): a garbled turn
+    ep = env.start(task, max_turns=10)
+    ep.step(ASK_EMAIL)
+    assert ep.done and ep.reward() == 0.0 and "tool-call markup" in ep.failure
+    # the model dir as it is: serve cannot parse the malformed tool call and answers 500, a failed turn
+    sim500 = UserSimConfig(backend="openai", url=served["url"], model=str(MINI_BASE), max_new_tokens=32, retries=0)
+    ep = RetailEnv(WorldsConfig(data_dir=str(TAU2), user_sim=sim500)).start(task, max_turns=10)
+    ep.step(ASK_EMAIL)
+    assert ep.done and ep.reward() == 0.0 and ep.failure.startswith("user simulator failed: HTTP 500")
+
+
+def test_an_unreachable_endpoint_or_a_missing_key_is_a_clear_outcome(monkeypatch):
+    chat = OpenAIChat(f"http://127.0.0.1:{free_port()}/v1", "m", retries=1, timeout_s=5)
+    with pytest.raises(UserSimError, match=r"cannot reach .* \(after 2 tries\)"):
+        chat([{"role": "user", "content": "hi"}])
+    user = LLMUser({"instructions": "x"}, chat)
+    assert user.first_message() == "" and "cannot reach" in user.error
+    monkeypatch.delenv("ACL_TEST_NO_SUCH_KEY", raising=False)
+    with pytest.raises(ConfigError, match="ACL_TEST_NO_SUCH_KEY is not set"):
+        OpenAIChat("http://127.0.0.1:1/v1", "m", api_key_env="ACL_TEST_NO_SUCH_KEY")
