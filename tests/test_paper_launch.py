@@ -206,3 +206,31 @@ def test_grpo_vllm_rollouts_stop_at_a_turn_and_know_the_context(tmp_path):
     assert single.generation_kwargs == {"stop_token_ids": [5, 6]}
     plain = grpo_args(tiny_cfg(tmp_path), tmp_path / "p", stop_ids=[5, 6])  # HF generation: nothing vLLM-only
     assert plain.generation_kwargs is None and plain.vllm_max_model_length is None
+
+
+def test_vllm_pin_is_within_what_trl_supports():
+    """environment.yml and the gpu extra pin a vLLM that the installed TRL accepts (its `vllm` extra)."""
+    import tomllib
+    from importlib.metadata import requires
+    from pathlib import Path
+
+    import yaml
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    root = Path(__file__).resolve().parents[1]
+    trl_spec = next(Requirement(r.split(";")[0]).specifier for r in requires("trl")
+                    if r.startswith("vllm") and 'extra == "vllm"' in r)
+    gpu = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    env = yaml.safe_load((root / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    ours = [Requirement(r) for r in gpu + pip if isinstance(r, str) and r.startswith("vllm")]
+    assert len(ours) == 2, ours
+    for req in ours:
+        lows = [Version(s.version) for s in req.specifier if s.operator in (">=", "==")]
+        highs = [Version(s.version) for s in req.specifier if s.operator in ("<=", "<", "==")]
+        assert lows and highs, f"{req}: pin both ends (TRL supports {trl_spec})"
+        assert max(lows) in trl_spec, f"{req} allows vLLM {max(lows)}, which TRL refuses ({trl_spec})"
+        top = max(highs)
+        assert all(s.operator == "<" or top in trl_spec for s in req.specifier if Version(s.version) == top), \
+            f"{req} allows vLLM up to {top}, beyond TRL's {trl_spec}"
