@@ -481,8 +481,9 @@ def test_real_jsonl_loader(tmp_path):
     assert ep.reward() == 1.0
     ep = _drive(env, test[4], "Day 1\nBeach walk.\nDay 2\nHarbor tour.\nP.S. Pack a hat.")
     assert ep.reward() == 1.0
-    # train falls back to the generator when data_dir has no train.jsonl
-    assert env.tasks("train", 3)[0].meta["source"] == "generated"
+    # no train.jsonl under data_dir: an error naming it, never generated mini prompts (tests/test_paper_data.py)
+    with pytest.raises(FileNotFoundError, match="train.jsonl"):
+        env.tasks("train", 3)
     # an unknown id in a data file is a load-time KeyError that names the file and line
     bad = tmp_path / "instruct"
     bad.mkdir()

@@ -413,8 +413,9 @@ class InstructEnv(Environment):
         path = Path(self.data_dir) / "instruct" / self.FILES[split] if self.data_dir else None
         if path is not None and path.exists():
             return self._file_tasks(split, path, n, seed)
-        if path is not None and split != "train":
-            raise FileNotFoundError(f"{path} not found (worlds.data_dir is set, so real data is expected)")
+        if path is not None:  # training included: generated mini prompts are no stand-in for the real set
+            raise FileNotFoundError(f"{path} not found (worlds.data_dir is set, so real data is expected: IFEval-format "
+                                    f"jsonl with key, prompt, instruction_id_list, kwargs)")
         return self._generated_tasks(split, n, seed)
 
     def _file_tasks(self, split: str, path: Path, n: int, seed: int) -> list[Task]:

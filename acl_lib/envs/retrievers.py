@@ -9,6 +9,7 @@ import http.client
 import json
 import urllib.request
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +30,10 @@ class BM25Retriever:
     so a 21M-passage corpus never sits in memory).
     """
 
-    def __init__(self, bm25, get_doc: Callable[[int], dict]):
+    def __init__(self, bm25, get_doc: Callable[[int], dict], built: bool = False):
         self.bm25 = bm25
         self._get_doc = get_doc
+        self.built = built  # from_corpus_file: True if this process built the saved index, False if it loaded it
 
     @classmethod
     def from_documents(cls, docs: list[dict]) -> BM25Retriever:
@@ -44,35 +46,24 @@ class BM25Retriever:
 
     @classmethod
     def from_corpus_file(cls, corpus_path: str | Path) -> BM25Retriever:
-        """Load the index saved next to ``corpus_path`` (``<corpus>.bm25s/``), building it if missing."""
+        """Load the index saved next to ``corpus_path`` (``<corpus>.bm25s/``), building it if missing.
+
+        Every rank of a training job opens the search world, so several processes may find the index missing
+        at once: the build runs under an exclusive lock (``<corpus>.bm25s.lock``, an ``flock``), the first
+        process builds, the others wait and then load what it saved. Across nodes this needs a shared filesystem
+        whose ``flock`` works between machines; otherwise build the index once before the job (any single
+        process calling this)."""
         import bm25s
 
         corpus_path = Path(corpus_path)
         index_dir = corpus_path.with_name(corpus_path.name + ".bm25s")
         offsets_file = index_dir / "offsets.npy"
+        built = False
         if not offsets_file.exists():
-            offsets = []  # byte offset of every document line: documents are read back by seek
-            with open(corpus_path, "rb") as f:
-                pos = f.tell()
-                for line in iter(f.readline, b""):
-                    if line.strip():
-                        offsets.append(pos)
-                    pos = f.tell()
-
-            def contents():  # streamed, so only token ids (not the corpus text) are held in memory
-                with open(corpus_path, "rb") as f:
-                    for line in f:
-                        if line.strip():
-                            yield json.loads(line)["contents"]
-
-            tokenizer = bm25s.tokenization.Tokenizer(stopwords="en")  # same rules as ``_tokenize_queries``
-            tokens = tokenizer.tokenize(contents(), length=len(offsets), return_as="tuple", show_progress=False)
-            bm25 = bm25s.BM25()
-            bm25.index(tokens, show_progress=False)
-            tmp = index_dir.with_name(index_dir.name + ".tmp")
-            bm25.save(str(tmp), show_progress=False)
-            np.save(tmp / "offsets.npy", np.asarray(offsets, dtype=np.int64))
-            tmp.rename(index_dir)  # complete or absent: a crashed build never looks finished
+            with _exclusive(index_dir.with_name(index_dir.name + ".lock")):
+                if not offsets_file.exists():  # another process may have built it while this one waited
+                    cls._build_index(corpus_path, index_dir)
+                    built = True
         bm25 = bm25s.BM25.load(str(index_dir), mmap=True, show_progress=False)
         offsets = np.load(offsets_file, mmap_mode="r")
 
@@ -81,7 +72,38 @@ class BM25Retriever:
                 f.seek(int(offsets[i]))
                 return json.loads(f.readline())
 
-        return cls(bm25, get_doc)
+        return cls(bm25, get_doc, built=built)
+
+    @staticmethod
+    def _build_index(corpus_path: Path, index_dir: Path) -> None:
+        """Tokenise and index the corpus, save the index with the documents' byte offsets at ``index_dir``."""
+        import shutil
+
+        import bm25s
+
+        offsets = []  # byte offset of every document line: documents are read back by seek
+        with open(corpus_path, "rb") as f:
+            pos = f.tell()
+            for line in iter(f.readline, b""):
+                if line.strip():
+                    offsets.append(pos)
+                pos = f.tell()
+
+        def contents():  # streamed, so only token ids (not the corpus text) are held in memory
+            with open(corpus_path, "rb") as f:
+                for line in f:
+                    if line.strip():
+                        yield json.loads(line)["contents"]
+
+        tokenizer = bm25s.tokenization.Tokenizer(stopwords="en")  # same rules as ``_tokenize_queries``
+        tokens = tokenizer.tokenize(contents(), length=len(offsets), return_as="tuple", show_progress=False)
+        bm25 = bm25s.BM25()
+        bm25.index(tokens, show_progress=False)
+        tmp = index_dir.with_name(index_dir.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a build that crashed (the lock says none is running)
+        bm25.save(str(tmp), show_progress=False)
+        np.save(tmp / "offsets.npy", np.asarray(offsets, dtype=np.int64))
+        tmp.rename(index_dir)  # complete or absent: a crashed build never looks finished
 
     def search(self, query: str, k: int) -> list[dict]:
         """Top-``k`` documents (``id``, ``contents``, ``score``) with a positive BM25 score, best first."""
@@ -96,6 +118,20 @@ class BM25Retriever:
                 doc = self._get_doc(int(i))
                 out.append({"id": str(doc.get("id", i)), "contents": doc["contents"], "score": float(s)})
         return out
+
+
+@contextmanager
+def _exclusive(lock_path: Path):
+    """Hold an exclusive ``flock`` on ``lock_path`` (created), waiting for any other holder; released on exit,
+    and by the operating system if the process dies."""
+    import fcntl
+
+    with open(lock_path, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 class HTTPRetriever:
