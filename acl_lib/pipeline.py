@@ -55,13 +55,15 @@ def eval_run(cfg: Config, trained: Run) -> Run:
 
 def evaluate_checkpoint(cfg: Config, trained: Run) -> Run:
     """Score ``<trained>/model`` on the whole suite into ``<trained>/eval/metrics.json`` (+ records/); skipped
-    when that evaluation is complete for this checkpoint and these ``worlds`` / ``eval`` settings."""
-    from acl_lib.eval.harness import evaluate
+    when that evaluation is complete for this checkpoint and these ``worlds`` / ``eval`` settings. With
+    ``launcher.eval_subprocess`` (paper) it runs in a process of its own, which frees the GPU when it ends."""
+    from acl_lib.eval.harness import evaluate, evaluate_in_subprocess
 
     if not trained.is_complete():
         raise RuntimeError(f"cannot evaluate {trained.name}: the run is not complete ({trained.path})")
     run = eval_run(cfg, trained)
-    return run_once(run, lambda r: evaluate(cfg, str(model_dir(trained)), r.path, suites="all"))
+    score = evaluate_in_subprocess if cfg.launcher.eval_subprocess else evaluate
+    return run_once(run, lambda r: score(cfg, str(model_dir(trained)), r.path, suites="all"))
 
 
 def stage_training_run(cfg: Config, name: str, domain: str, start: Run) -> Run:

@@ -217,3 +217,23 @@ def test_pooled_benchmarks_report_each_dataset_and_their_mean(tmp_path):
     per = harness.dataset_scores(tasks, [True] * 9 + [False])
     assert per == {"big": 100.0, "small": 0.0}
     assert harness.dataset_scores(tasks[:9], [True] * 9) == {}  # one source: nothing to break down
+
+
+@pytest.mark.timeout(300)
+def test_evaluation_in_a_subprocess_matches_in_process(base_like_dir, tmp_path, capfd):
+    """launcher.eval_subprocess (paper): the same scores and records, from a process that frees the GPU as it ends."""
+    import json
+
+    assert load_config("paper").launcher.eval_subprocess is True
+    cfg = tiny_cfg(tmp_path, **{"worlds.n_test": 2, "eval.max_new_tokens": 6})
+    here = harness.evaluate(cfg, str(base_like_dir), tmp_path / "here", benchmarks=["aime26", "ifeval"])
+    there = harness.evaluate_in_subprocess(cfg, str(base_like_dir), tmp_path / "there", benchmarks=["aime26", "ifeval"])
+    for key in ("scores", "n_tasks", "mean_reward", "k", "limits"):
+        assert here[key] == there[key], key
+    for b in ("aime26", "ifeval"):
+        rows = [[json.loads(x) for x in (tmp_path / d / "records" / f"{b}.jsonl").read_text().splitlines()]
+                for d in ("here", "there")]
+        assert [r["messages"] for r in rows[0]] == [r["messages"] for r in rows[1]]
+    assert "eval: 4/4 episodes" in capfd.readouterr().out  # the child's progress line reaches the notebook
+    with pytest.raises(RuntimeError, match="in a subprocess failed"):
+        harness.evaluate_in_subprocess(cfg, str(tmp_path / "no_such_model"), tmp_path / "bad", benchmarks=["aime26"])

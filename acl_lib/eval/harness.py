@@ -421,6 +421,65 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
             policy.close()
 
 
+def evaluate_in_subprocess(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = None,
+                           k: int | None = None, benchmarks: list[str] | None = None) -> dict:
+    """``evaluate`` in a fresh Python process (``launcher.eval_subprocess``, the paper profile): whatever the
+    model or vLLM engine held on the GPU (weights, KV cache, CUDA context, vLLM's workers) is gone when the
+    process ends, so a notebook that scores checkpoint after checkpoint never accumulates them. Same config, same
+    seeds, same outputs in ``out_dir`` as in-process; the child's output (its progress line) is passed through.
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    from acl_lib.config import project_root
+
+    spec = {"config": cfg.to_dict(), "model": str(model), "out_dir": str(Path(out_dir).resolve()), "suites": suites,
+            "k": k, "benchmarks": benchmarks}
+    fd, job = tempfile.mkstemp(prefix="acl-eval-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(spec, f)
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])  # the child imports this checkout even when not installed
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    tail: list[str] = []
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "acl_lib.eval.harness", "--job", job], env=env,
+                                cwd=str(project_root()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            if line.strip():
+                log.info("[eval subprocess] %s", line.rstrip())  # the run's log keeps them too
+            tail = (tail + [line])[-40:]
+        proc.wait()
+    finally:
+        os.unlink(job)
+    if proc.returncode != 0:
+        raise RuntimeError(f"evaluation of {model} in a subprocess failed (exit {proc.returncode}); its last lines:\n"
+                           + "".join(tail))
+    return json.loads((Path(out_dir) / "metrics.json").read_text())
+
+
+def _worker_main(argv: list[str] | None = None) -> None:
+    """``python -m acl_lib.eval.harness --job JOB.json``: the child of ``evaluate_in_subprocess``."""
+    import argparse
+    import sys
+
+    from acl_lib.config import Config
+
+    p = argparse.ArgumentParser(prog="python -m acl_lib.eval.harness")
+    p.add_argument("--job", required=True, help="JSON written by evaluate_in_subprocess")
+    spec = json.loads(Path(p.parse_args(argv).job).read_text())
+    # The progress lines go to stderr, which the parent passes on (to the notebook cell and the run's log).
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    progress_log = logging.getLogger("acl.progress")
+    progress_log.addHandler(handler)
+    progress_log.setLevel(logging.INFO)
+    evaluate(Config.model_validate(spec["config"]), spec["model"], spec["out_dir"], suites=spec["suites"],
+             k=spec["k"], benchmarks=spec["benchmarks"])
+
+
 def _evaluate(cfg, model, out_dir, suites, k, policy, benches) -> dict:
     from acl_lib.progress import Progress
 
@@ -647,3 +706,7 @@ def cli_main(args) -> int:
     print(format_scores(metrics))
     print(f"metrics: {out / 'metrics.json'}  records: {out / 'records'}  ({metrics['elapsed_s']:.1f} s)")
     return 0
+
+
+if __name__ == "__main__":
+    _worker_main()
