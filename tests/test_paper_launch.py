@@ -234,3 +234,18 @@ def test_vllm_pin_is_within_what_trl_supports():
         top = max(highs)
         assert all(s.operator == "<" or top in trl_spec for s in req.specifier if Version(s.version) == top), \
             f"{req} allows vLLM up to {top}, beyond TRL's {trl_spec}"
+
+
+def test_a_relative_hostfile_is_found_from_a_notebook(tmp_path, monkeypatch):
+    """paper.yaml says `hostfile: hostfile`; a notebook runs in notebooks/: the checkout's hostfile is the one."""
+    from acl_lib.config import project_root
+    from acl_lib.runs import Run
+
+    monkeypatch.chdir(project_root() / "notebooks")
+    cfg = load_config("paper", overrides={"output_dir": str(tmp_path / "outputs")})
+    assert launcher.hostfile_path(cfg) == project_root() / "hostfile"
+    job = launcher.write_job(cfg, "sft", Run(cfg, "seq_search").path, {})
+    ds = launcher.multi_node_scripts(cfg, job, Run(cfg, "seq_search").path)["deepspeed"].read_text()
+    assert f"--hostfile {project_root() / 'hostfile'} " in ds
+    absolute = load_config("paper", overrides={"launcher.hostfile": str(tmp_path / "hosts")})
+    assert launcher.hostfile_path(absolute) == tmp_path / "hosts"

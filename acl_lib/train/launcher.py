@@ -138,12 +138,23 @@ def env_file(cfg, ds_config: Path, path: Path) -> Path:
     return path
 
 
+def hostfile_path(cfg) -> Path | None:
+    """``launcher.hostfile`` as an absolute path (a relative one is taken from the suite's checkout, as the run
+    store's ``output_dir`` is: a notebook in JupyterLab runs in ``notebooks/``), or None when unset."""
+    from acl_lib.config import project_root
+
+    if not cfg.launcher.hostfile:
+        return None
+    p = Path(cfg.launcher.hostfile).expanduser()
+    return p if p.is_absolute() else project_root() / p
+
+
 def multi_node_scripts(cfg, job_file: Path, out_dir) -> dict[str, Path]:
     """Write the hostfile ``deepspeed`` script and the Slurm batch script into ``<out_dir>/launch/``."""
     L = cfg.launcher
     d = Path(out_dir) / LAUNCH_DIR
     ds_config = deepspeed_config(cfg)
-    hostfile = Path(L.hostfile).resolve() if L.hostfile else d / "hostfile"
+    hostfile = hostfile_path(cfg) or d / "hostfile"
     root = Path(__file__).resolve().parents[2]
     # The first node's own processes see these exports; the other nodes get the same variables from the
     # environment file (hostfile launch) or from srun, which passes the batch script's environment on (Slurm).
@@ -211,7 +222,8 @@ def launch(cfg, job: str, out_dir, **job_args) -> dict:
         _run_logged(deepspeed_local_command(cfg, job_file), env, log)
     else:
         scripts = multi_node_scripts(cfg, job_file, out_dir)
-        if cfg.launcher.hostfile and Path(cfg.launcher.hostfile).exists():
+        hostfile = hostfile_path(cfg)
+        if hostfile is not None and hostfile.exists():
             _run_logged(["bash", str(scripts["deepspeed"])], dict(os.environ), log)
         elif shutil.which("sbatch"):
             _run_logged(["sbatch", "--wait", str(scripts["slurm"])], dict(os.environ), log)
