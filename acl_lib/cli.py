@@ -6,6 +6,8 @@
     acl eval   --model DIR --profile mini [--suites all] [--k 4] [--out DIR]        score a checkpoint (default --out:
                                                                                     outputs/eval/<name>-<time>/)
     acl env retail replay --db DB.json --tasks TASKS.json --out OUT.jsonl           replay retail gold actions
+    acl data prepare --data-dir DIR [--only NAME ...]                              download + convert the paper data
+    acl data check   --data-dir DIR [--full]                                       present / missing / malformed
     acl nbstrip [NOTEBOOK ...] [--check]                                            strip outputs before commit
 
 Only argparse and the standard library are imported at module level: every heavy import (papermill,
@@ -134,6 +136,31 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--tasks", required=True, metavar="PATH", help="tasks JSON with gold actions")
     r.add_argument("--out", required=True, metavar="OUT.jsonl", help="output JSON lines")
     r.set_defaults(func=cmd_retail_replay)
+
+    p = sub.add_parser(
+        "data", help="prepare and check the paper profile's data sets (worlds.data_dir)",
+        description="The real data sets the paper profile reads, in the layout its loaders expect (README, 'Real data'): "
+        "`prepare` downloads and converts them (hub access needed; GPQA-Diamond is gated), `check` reports what is "
+        "present, missing, malformed or modified before any GPU time is spent.",
+    )
+    data_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    d = data_sub.add_parser("prepare", help="download and convert every data set into --data-dir, with MANIFEST.json",
+                            description="Download (Hugging Face Hub, tau2-bench on GitHub) and convert every data set of "
+                            "the paper profile into --data-dir; writes MANIFEST.json (sha256 per file). Exit 1 when a "
+                            "data set failed (the others are still prepared).")
+    d.add_argument("--data-dir", required=True, metavar="DIR", help="the paper profile's worlds.data_dir (e.g. data/paper)")
+    d.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                   help="prepare only these data sets (math_dapo aime26 gpqa mmlu_redux flashrag wiki_corpus tau2_retail "
+                   "tau2_mock tau2_telecom ifeval ifbench if_train)")
+    d.set_defaults(func=cmd_data_prepare)
+    d = data_sub.add_parser("check", help="report present / missing / malformed / modified files; exit 1 unless complete",
+                            description="Check every file the paper profile reads under --data-dir: present, in its "
+                            "schema (required fields; first 1000 rows unless --full), unchanged since prepare "
+                            "(MANIFEST.json). Exit 0 only when all are ok.")
+    d.add_argument("--data-dir", required=True, metavar="DIR", help="the paper profile's worlds.data_dir")
+    d.add_argument("--full", action="store_true", help="check every row of every file (slow for the corpus)")
+    d.add_argument("--skip-checksums", action="store_true", help="do not compare sha256 sums with MANIFEST.json")
+    d.set_defaults(func=cmd_data_check)
 
     p = sub.add_parser(
         "nbstrip",
@@ -380,6 +407,14 @@ def cmd_eval(args) -> int:
 
 def cmd_retail_replay(args) -> int:
     return _lazy("acl_lib.envs.retail", "replay_cli", "env retail replay")(args)
+
+
+def cmd_data_prepare(args) -> int:
+    return _lazy("acl_lib.paper_data", "cli_prepare", "data prepare")(args)
+
+
+def cmd_data_check(args) -> int:
+    return _lazy("acl_lib.paper_data", "cli_check", "data check")(args)
 
 
 def cmd_nbstrip(args) -> int:
