@@ -88,6 +88,8 @@ def test_hostfile_launch_forwards_the_zero_config_to_every_node(tmp_path):
     assert f"export {DS_CONFIG_ENV}={ds_config};" in exports
     assert "export TRL_EXPERIMENTAL_SILENCE=1;" in exports and "export TOKENIZERS_PARALLELISM=false;" in exports
     assert "export OMP_NUM_THREADS=12;" in exports  # 96 threads of a node over its 8 ranks
+    root = str(launcher.CONFIG_DIR.parents[2])
+    assert f"export PYTHONPATH={root}" in exports  # the checkout, first, on every node
     # The ZeRO config also travels as an argument of the worker module, whatever the launcher forwards.
     i = cmd.index("--deepspeed-config")
     assert cmd[i + 1] == ds_config and "acl_lib.train.entry" in cmd

@@ -130,6 +130,8 @@ def env_file(cfg, ds_config: Path, path: Path) -> Path:
     set ``DS_ENV_FILE`` to this run's own file, so concurrent jobs never share one."""
     lines = []
     for key, value in job_env(cfg, ds_config).items():
+        if key == "PYTHONPATH":  # forwarded by the runner itself (the PYTHON prefix), with the user's own entries
+            continue
         if "\n" in value:
             raise ValueError(f"{key}={value!r}: a DeepSpeed environment file holds one variable per line")
         lines.append(f"{key}={value}\n")
