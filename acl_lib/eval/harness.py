@@ -316,16 +316,34 @@ def run_episodes(policy: Policy, episodes: list[Episode], batch_size: int = 64,
         for start in range(0, len(active), batch_size):
             chunk = active[start : start + batch_size]
             texts = policy([(e.task, e.messages) for e in chunk])
-            for ep, text in zip(chunk, texts):
-                if text is None:
-                    ep.end("context limit: prompt longer than the model's context")
-                else:
-                    ep.step(text)
+            _step_all(chunk, texts)
+            for ep in chunk:
                 if ep.done:
                     if hasattr(policy, "forget"):
                         policy.forget(ep.task, ep.messages)
                     if progress:
                         progress(1)
+
+
+def _step_all(chunk: list[Episode], texts: list[str | None]) -> None:
+    """Feed each episode its turn. Episodes whose step waits on a remote user simulator (``step_concurrency`` > 1:
+    ``llm_user.LLMUserEpisode`` with an HTTP endpoint) are stepped in threads, that many at once; every other
+    step runs in order, in this thread (a local model is not shared across threads)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def step(ep: Episode, text: str | None) -> None:
+        if text is None:
+            ep.end("context limit: prompt longer than the model's context")
+        else:
+            ep.step(text)
+
+    workers = min((getattr(ep, "step_concurrency", 1) for ep in chunk), default=1)
+    if workers > 1 and len(chunk) > 1:
+        with ThreadPoolExecutor(min(workers, len(chunk))) as pool:
+            list(pool.map(step, chunk, texts))  # list(): re-raises a step's exception here
+    else:
+        for ep, text in zip(chunk, texts):
+            step(ep, text)
 
 
 def _failure_key(reason: str | None) -> str:
@@ -407,6 +425,9 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
         log.warning("k=%d with temperature 0 repeats the same greedy sample; using k=1", k)
         k = 1
     benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(suites)
+    from acl_lib.envs.llm_user import preflight
+
+    preflight(cfg.worlds, {b.env for b in benches})  # a missing user simulator fails now, not after math and search
     if policy is None and model not in ("expert", "null"):
         from acl_lib.seeding import seed_and_threads
 
