@@ -508,14 +508,18 @@ def _hub_file(repo: str, filename: str, dest: Path) -> Path:
     return Path(hf_hub_download(repo, filename, repo_type="dataset", local_dir=dest))
 
 
-def _hub_rows(repo: str, dest: Path, config: str | None = None, split: str = "train") -> Path:
-    """One split of a hub data set, saved as jsonl (``datasets.load_dataset``)."""
+def _hub_rows(repo: str, dest: Path, config: str | None = None, split: str = "train", fmt: str = "jsonl") -> Path:
+    """One split of a hub data set, saved as ``fmt`` (jsonl or parquet) through ``datasets.load_dataset`` (so the
+    repository's own file layout does not matter)."""
     import datasets
 
     ds = datasets.load_dataset(repo, config, split=split)
-    out = dest / f"{repo.replace('/', '__')}{'__' + config if config else ''}__{split}.jsonl"
+    out = dest / f"{repo.replace('/', '__')}{'__' + config if config else ''}__{split}.{fmt}"
     dest.mkdir(parents=True, exist_ok=True)
-    ds.to_json(str(out), lines=True, force_ascii=False)
+    if fmt == "parquet":
+        ds.to_parquet(str(out))
+    else:
+        ds.to_json(str(out), lines=True, force_ascii=False)
     return out
 
 
@@ -552,8 +556,8 @@ class Dataset:
 
 
 DATASETS: list[Dataset] = [
-    Dataset("math_dapo", "hf:BytedTsinghua-SIA/DAPO-Math-17k (data/dapo-math-17k.parquet)",
-            lambda dl, d: convert_dapo(_hub_file("BytedTsinghua-SIA/DAPO-Math-17k", "data/dapo-math-17k.parquet", dl), d)),
+    Dataset("math_dapo", "hf:BytedTsinghua-SIA/DAPO-Math-17k (train, ~1.8M rows: each prompt repeated)",
+            lambda dl, d: convert_dapo(_hub_rows("BytedTsinghua-SIA/DAPO-Math-17k", dl, fmt="parquet"), d)),
     Dataset("aime26", "hf:MathArena/aime_2026 (train)",
             lambda dl, d: convert_aime(_hub_rows("MathArena/aime_2026", dl), d)),
     Dataset("gpqa", "hf:Idavidrein/gpqa (gpqa_diamond.csv)",
