@@ -127,6 +127,11 @@ def test_the_simulator_sees_the_conversation_with_roles_flipped():
     assert user.reply("anything else?") == "" and len(seen) == 2  # over: the model is not asked again
 
 
+def test_thinking_is_not_part_of_the_message():
+    assert llm_user.clean_reply("<think>\nplan\n</think>\n\nHi, I need help.") == "Hi, I need help."
+    assert llm_user.clean_reply("plan the answer</think>Hi.") == "Hi."  # the template opened the block
+
+
 @pytest.mark.parametrize("reply, error", [("   ", "empty reply"), ("<think>only thinking", "empty reply"),
                                           ('<tool_call>\n{"name": "x"}\n</tool_call>', "tool-call markup")])
 def test_a_garbled_reply_is_a_failed_turn(reply, error):
@@ -318,6 +323,23 @@ def test_evaluation_refuses_real_retail_without_a_simulator_before_scoring(tmp_p
     with pytest.raises(ConfigError, match="worlds.user_sim.backend"):
         evaluate(cfg, "null", tmp_path, benchmarks=["mock", "retail"])
     assert not (tmp_path / "metrics.json").exists() and not list((tmp_path).glob("records/*"))
+
+
+def test_acl_eval_refuses_a_missing_simulator_or_key_with_exit_2(tmp_path):
+    import subprocess as sp
+
+    from conftest import ACL
+
+    base = [*ACL, "eval", "--model", "null", "--out", str(tmp_path / "out"), "--profile", "smoke"]
+    res = sp.run(base + ["--suites", "in_domain", "--set", f"worlds.data_dir={TAU2}"], capture_output=True, text=True,
+                 env=child_env(), cwd=ROOT, timeout=120)
+    assert res.returncode == 2 and "worlds.user_sim.backend" in res.stderr and "Traceback" not in res.stderr
+    env = {k: v for k, v in child_env().items() if k != "ACL_TEST_NO_SUCH_KEY"}
+    res = sp.run(base + ["--suites", "ood", "--set", f"worlds.data_dir={TAU2}", "worlds.user_sim.backend=openai",
+                         "worlds.user_sim.model=m", "worlds.user_sim.url=http://127.0.0.1:9/v1",
+                         "worlds.user_sim.api_key_env=ACL_TEST_NO_SUCH_KEY"], capture_output=True, text=True, env=env,
+                 cwd=ROOT, timeout=120)
+    assert res.returncode == 2 and "ACL_TEST_NO_SUCH_KEY is not set" in res.stderr and not (tmp_path / "out").exists()
 
 
 def test_an_unreachable_endpoint_or_a_missing_key_is_a_clear_outcome(monkeypatch):

@@ -134,7 +134,10 @@ def clean_reply(text: str | None) -> str:
     ``UserSimError`` when nothing is left or the reply holds tool-call markup."""
     if not isinstance(text, str):
         raise UserSimError(f"no text in the simulator's reply ({type(text).__name__})")
-    out = _THINK.sub("", text).replace("</think>", "").strip()
+    out = _THINK.sub("", text)
+    if "</think>" in out:  # the chat template opened the think block in the prompt: only its end was generated
+        out = out.rsplit("</think>", 1)[1]
+    out = out.strip()
     if not out:
         raise UserSimError("empty reply")
     if _TOOL_MARKUP.search(out):
@@ -252,7 +255,7 @@ def simulator_for(cfg: UserSimConfig) -> Chat:
             "this task has no structured user scenario: a real tau2 task needs the LLM user simulator. Set "
             "worlds.user_sim.backend (hf, vllm or openai) and worlds.user_sim.model (and, for openai, "
             "worlds.user_sim.url and api_key_env); see acl_lib/envs/llm_user.py")
-    key = json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
+    key = json.dumps(cfg.model_dump(mode="json", exclude={"max_turns"}), sort_keys=True)  # max_turns: per episode
     if key not in _SIMULATORS:
         if cfg.backend == "openai":
             chat: Chat = OpenAIChat(cfg.url, cfg.model, cfg.api_key_env, cfg.temperature, cfg.max_new_tokens,

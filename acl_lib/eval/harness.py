@@ -702,6 +702,13 @@ def cli_main(args) -> int:
     problem = _out_problem(out)
     if problem:
         usage(problem)
+    from acl_lib.config import ConfigError
+    from acl_lib.envs.llm_user import preflight
+
+    try:  # the real desks' user simulator (worlds.user_sim): configured, reachable in principle, key present
+        preflight(cfg.worlds, {b.env for b in benchmarks_for(args.suites or cfg.eval.suites)})
+    except ConfigError as exc:
+        usage(str(exc))
 
     policy = None
     if args.model not in ("expert", "null"):
