@@ -144,7 +144,9 @@ class UserSimConfig(_Section):
     """
 
     backend: Literal["none", "hf", "vllm", "openai"] = "none"
-    model: str = ""  # hf / vllm: a model directory or hub id; openai: the model name the endpoint serves
+    # hf / vllm: a model directory (relative: to the checkout, e.g. acl_lib/data/mini_base) or hub id; openai: the
+    # model name the endpoint serves
+    model: str = ""
     url: str = ""  # openai: the API's base URL, up to /v1 (e.g. http://127.0.0.1:8000/v1)
     api_key_env: str = ""  # openai: NAME of the environment variable holding the key ("" = send no key)
     temperature: float = Field(0.0, ge=0)  # tau2's default for the user: 0

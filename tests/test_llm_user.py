@@ -214,11 +214,12 @@ def test_real_mock_tasks_are_played_by_their_own_scenario():
     assert ep.toolkit.db["tasks"]["task_2"]["title"] == "Important Meeting"
 
 
-def test_evaluation_runs_the_real_retail_and_mock_benchmarks(tmp_path):
+def test_evaluation_runs_the_real_retail_and_mock_benchmarks(tmp_path, monkeypatch):
     from acl_lib.eval.harness import evaluate
 
+    monkeypatch.chdir(ROOT / "notebooks")  # where a notebook runs: the model path is the checkout's
     cfg = load_config("smoke", [f"worlds.data_dir={TAU2}", "worlds.user_sim.backend=hf",
-                                f"worlds.user_sim.model={MINI_BASE}", "worlds.user_sim.max_new_tokens=32",
+                                "worlds.user_sim.model=acl_lib/data/mini_base", "worlds.user_sim.max_new_tokens=32",
                                 "worlds.n_test=1", "worlds.n_ood=1", "eval.max_turns=2"])
     metrics = evaluate(cfg, "null", tmp_path, benchmarks=["retail", "mock"])
     assert metrics["n_tasks"] == {"retail": 1, "mock": 1} and metrics["scores"] == {"retail": 0.0, "mock": 0.0}

@@ -261,14 +261,18 @@ def simulator_for(cfg: UserSimConfig) -> Chat:
             chat: Chat = OpenAIChat(cfg.url, cfg.model, cfg.api_key_env, cfg.temperature, cfg.max_new_tokens,
                                     cfg.timeout_s, cfg.retries, cfg.concurrency)
         else:
+            from acl_lib.config import project_root
             from acl_lib.eval.harness import HFPolicy, VLLMPolicy
 
+            # a relative directory is the checkout's (acl_lib/data/mini_base), wherever the process runs (notebooks/)
+            local = project_root() / cfg.model
+            model = str(local) if not Path(cfg.model).is_absolute() and local.is_dir() else cfg.model
             if cfg.backend == "hf":
                 # reuse_kv=False: every simulator prompt is a new message list, a per-episode cache would only grow
-                policy = HFPolicy(cfg.model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype,
+                policy = HFPolicy(model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype,
                                   reuse_kv=False)
             else:
-                policy = VLLMPolicy(cfg.model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype)
+                policy = VLLMPolicy(model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype)
             chat = PolicyChat(policy, cfg.max_new_tokens)
         _SIMULATORS[key] = chat
     return _SIMULATORS[key]
