@@ -1,0 +1,395 @@
+"""Token-level diagnostics: fixed reference rollouts, scored by later checkpoints with teacher forcing.
+
+    ref = build_reference(cfg, n_per_benchmark=16)          # run diagnostics/reference: saved once
+    scores = score_reference(ref_rollouts(ref), {"seq_math": dir0, "seq_search": dir1, ...}, reference="seq_math")
+    summary = consistency_summary(scores, high_entropy_share=0.06)
+
+**Reference rollouts.** The first stage's checkpoint (``seq_math`` in the study's order) answers a fixed set
+of prompts from every domain; whole episodes for the tool worlds (tool outputs and the simulated user
+included). They are the episodes its evaluation already played (``<seq_math>/eval/records/``, the first
+``n`` of each benchmark, sample 0), copied once into the run ``diagnostics/reference`` with each task's tool
+schemas, so a later re-scoring of ``seq_math`` with other ``eval`` settings does not change them.
+
+**Scoring.** Each episode is rendered with the tokenizer's chat template (``return_assistant_tokens_mask``:
+the template marks what the assistant wrote with ``{% generation %}``) and every checkpoint reads it with
+teacher forcing. At each assistant token (system, user and tool tokens excluded) we record the reference
+model's predictive entropy (nats) and its top-1 token, and each scoring checkpoint's top-1 token. A position
+is *consistent* for a checkpoint when its top-1 equals the reference model's top-1 there (for greedy
+rollouts, as in the mini profile, that is the token the reference wrote). The study: about 94% of
+low-entropy positions keep their top-1 across stages, and the changes concentrate in the ~6% of positions
+with high entropy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+REFERENCE_RUN = "diagnostics/reference"
+ROLLOUTS = "rollouts.jsonl"
+
+
+# --- the reference rollouts --------------------------------------------------------------------------------
+
+
+def reference_source(cfg):
+    """The run whose checkpoint wrote the reference rollouts: stage 1 of the curriculum (``seq_math``)."""
+    from acl_lib.pipeline import sequential_run
+
+    return sequential_run(cfg, 1)
+
+
+def reference_run(cfg, n_per_benchmark: int, benchmarks: list[str]):
+    from acl_lib.runs import Run
+
+    return Run(cfg, REFERENCE_RUN, sections=("worlds",), inputs=[reference_source(cfg)],
+               extra={"n_per_benchmark": int(n_per_benchmark), "benchmarks": list(benchmarks)})
+
+
+def build_reference(cfg, n_per_benchmark: int, benchmarks: list[str] | None = None):
+    """The reference rollouts as a run of the run store (``<seed_dir>/diagnostics/reference/rollouts.jsonl``),
+    skipped when complete. ``benchmarks`` defaults to the in-domain benchmark of every domain. Raises naming
+    what is missing when the source checkpoint or its evaluation records are not there."""
+    from acl_lib.envs import BENCHMARKS, IN_DOMAIN
+    from acl_lib.eval.harness import benchmark_size, world
+    from acl_lib.runs import run_once
+
+    benchmarks = list(benchmarks or IN_DOMAIN.values())
+    unknown = [b for b in benchmarks if b not in BENCHMARKS]
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; benchmarks are {list(BENCHMARKS)}")
+    source = reference_source(cfg)
+    if not source.is_complete():
+        raise FileNotFoundError(f"the reference rollouts are {source.name}'s: that run is not complete ({source.path}); "
+                                "run notebook 01 first")
+    records = source.path / "eval" / "records"
+    absent = [b for b in benchmarks if not (records / f"{b}.jsonl").is_file()]
+    if absent:
+        raise FileNotFoundError(f"no evaluation records of {source.name} for {absent} in {records}: "
+                                "run notebook 01 (its evaluation writes them)")
+
+    def fn(run):
+        rows = []
+        for key in benchmarks:
+            bench = BENCHMARKS[key]
+            tasks = {t.id: t for t in world(cfg, bench.env).tasks(bench.split, benchmark_size(cfg, bench),
+                                                                   seed=cfg.worlds.seed)}
+            recs = [json.loads(line) for line in (records / f"{key}.jsonl").read_text().splitlines() if line.strip()]
+            recs = [r for r in recs if r.get("sample", 0) == 0][:n_per_benchmark]
+            for r in recs:
+                task = tasks.get(r["id"])
+                rows.append({"benchmark": key, "id": r["id"], "reward": r.get("reward"),
+                             "tools": task.tools if task is not None else [], "messages": r["messages"]})
+        from acl_lib.atomic import atomic_write_text
+
+        atomic_write_text(run.path / ROLLOUTS, "".join(json.dumps(row) + "\n" for row in rows))
+        run.write_json("reference.json", {"source": source.name, "model": str(source.path / "model"),
+                                          "episodes": len(rows), "benchmarks": benchmarks,
+                                          "from": str(records)})
+        run.logger.info("reference rollouts: %d episodes of %s from %s", len(rows), source.name, records)
+
+    return run_once(reference_run(cfg, n_per_benchmark, benchmarks), fn)
+
+
+def ref_rollouts(run_or_path) -> list[dict]:
+    """The reference episodes (``{"benchmark", "id", "tools", "messages"}``) of a reference run or file."""
+    p = Path(getattr(run_or_path, "path", run_or_path))
+    p = p / ROLLOUTS if p.is_dir() else p
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+# --- teacher forcing ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class TokenScores:
+    """Per assistant position of the reference episodes (arrays of one length, ``positions``):
+    ``episode`` (index into ``benchmarks``/``ids``), ``pos`` (index of the token in its episode), ``token``
+    (the rollout's token), ``ref_entropy`` (nats), ``ref_top1``, and ``top1[checkpoint]``."""
+
+    reference: str
+    benchmarks: list[str]
+    ids: list[list[int]]
+    episode: np.ndarray
+    pos: np.ndarray
+    token: np.ndarray
+    ref_entropy: np.ndarray
+    ref_top1: np.ndarray
+    top1: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def positions(self) -> int:
+        return int(self.episode.size)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the per-position arrays as one ``.npz`` (atomically: temp file + rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.stem}-", suffix=".npz", dir=path.parent)
+        os.close(fd)
+        arrays = {f"top1__{k}": v for k, v in self.top1.items()}
+        np.savez_compressed(tmp, episode=self.episode, pos=self.pos, token=self.token, ref_entropy=self.ref_entropy,
+                            ref_top1=self.ref_top1, benchmarks=np.array(self.benchmarks), **arrays)
+        os.replace(tmp, path)
+        return path
+
+
+def encode_episodes(tokenizer, episodes: list[dict], max_tokens: int) -> list[tuple[list[int], list[int]]]:
+    """``(input_ids, assistant_mask)`` of each episode rendered by the chat template, cut at ``max_tokens``."""
+    out = []
+    for ep in episodes:
+        enc = tokenizer.apply_chat_template(ep["messages"], tools=ep.get("tools") or None, tokenize=True,
+                                            return_dict=True, return_assistant_tokens_mask=True)
+        ids, mask = list(enc["input_ids"])[:max_tokens], list(enc["assistant_masks"])[:max_tokens]
+        if not any(mask):
+            raise ValueError(f"episode {ep.get('id')}: no assistant token found; does the chat template mark "
+                             "assistant turns with {% generation %}?")
+        out.append((ids, mask))
+    return out
+
+
+def _load_model(model_dir: str, dtype: str, device):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device)
+    model.eval()
+    return model
+
+
+def _forward_positions(model, encoded, batch_size: int, pad_id: int, device, want_entropy: bool):
+    """Top-1 (and entropy) of the next-token distribution at every assistant position, in episode order. The
+    LM head runs on the selected positions only (the paper vocabulary is 152k: full logits would not fit)."""
+    import torch
+
+    decoder = getattr(model, model.base_model_prefix)
+    head = model.get_output_embeddings()
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
+    top1: dict[int, np.ndarray] = {}
+    ent: dict[int, np.ndarray] = {}
+    with torch.inference_mode():
+        for lo in range(0, len(order), batch_size):
+            chunk = order[lo:lo + batch_size]
+            width = max(len(encoded[i][0]) for i in chunk)
+            ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            att = torch.zeros((len(chunk), width), dtype=torch.long)
+            for r, i in enumerate(chunk):
+                n = len(encoded[i][0])
+                ids[r, :n] = torch.tensor(encoded[i][0])
+                att[r, :n] = 1
+            hidden = decoder(input_ids=ids.to(device), attention_mask=att.to(device)).last_hidden_state
+            for r, i in enumerate(chunk):
+                at = [t - 1 for t, m in enumerate(encoded[i][1]) if m and t > 0]  # logits at t-1 predict token t
+                logits = head(hidden[r, at]).float()
+                top1[i] = logits.argmax(-1).cpu().numpy()
+                if want_entropy:
+                    logp = torch.log_softmax(logits, -1)
+                    ent[i] = (-(logp.exp() * logp).sum(-1)).cpu().numpy()
+    cat = lambda d: np.concatenate([d[i] for i in range(len(encoded))]) if encoded else np.zeros(0)  # noqa: E731
+    return cat(top1).astype(np.int64), (cat(ent).astype(np.float64) if want_entropy else None)
+
+
+def score_reference(episodes: list[dict], models: Mapping[str, str], reference: str, batch_size: int = 8,
+                    max_tokens: int = 4096, dtype: str = "float32", device: str | None = None,
+                    progress: bool = True) -> TokenScores:
+    """Teacher-force the reference ``episodes`` through ``models`` (``{name: model dir}``, ``reference`` among
+    them) and return the per-position :class:`TokenScores`. Every checkpoint must share the reference's
+    tokenizer vocabulary (they descend from one base)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from acl_lib.eval.harness import eval_device
+
+    if reference not in models:
+        raise KeyError(f"the reference checkpoint {reference!r} is not among {list(models)}")
+    for name, d in models.items():
+        if not (Path(d) / "config.json").is_file() and Path(d).is_absolute():
+            raise FileNotFoundError(f"checkpoint {name}: {d} holds no model (config.json missing)")
+    tok = AutoTokenizer.from_pretrained(models[reference])
+    ctx = int(getattr(AutoConfig.from_pretrained(models[reference]), "max_position_embeddings", max_tokens))
+    encoded = encode_episodes(tok, episodes, min(max_tokens, ctx))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    dev = eval_device(device)
+    episode = np.concatenate([np.full(sum(1 for t, m in enumerate(mk) if m and t > 0), i)
+                              for i, (_, mk) in enumerate(encoded)]).astype(np.int64)
+    pos = np.concatenate([[t for t, m in enumerate(mk) if m and t > 0] for _, mk in encoded]).astype(np.int64)
+    token = np.array([encoded[e][0][p] for e, p in zip(episode, pos)], dtype=np.int64)
+    order = [reference] + [n for n in models if n != reference]
+    bar = None
+    if progress:
+        from acl_lib.progress import Progress
+
+        bar = Progress(len(order), "tokens: teacher forcing", unit="checkpoint").__enter__()
+    top1, ref_entropy = {}, None
+    try:
+        for name in order:
+            model = _load_model(str(models[name]), dtype, dev)
+            if model.config.vocab_size != len(tok) and model.config.vocab_size < len(tok):
+                raise ValueError(f"checkpoint {name}: vocabulary {model.config.vocab_size} < the reference's {len(tok)}")
+            t1, ent = _forward_positions(model, encoded, batch_size, pad, dev, want_entropy=name == reference)
+            top1[name] = t1
+            if ent is not None:
+                ref_entropy = ent
+            del model
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    return TokenScores(reference, [ep["benchmark"] for ep in episodes], [ids for ids, _ in encoded], episode, pos,
+                       token, ref_entropy, top1[reference], {n: top1[n] for n in order if n != reference})
+
+
+# --- summaries ---------------------------------------------------------------------------------------------
+
+
+def entropy_threshold_of(scores: TokenScores, high_entropy_share: float = 0.06, threshold: float | None = None) -> float:
+    """The entropy (nats) above which a position counts as high-entropy: ``threshold`` when given, else the
+    ``1 - high_entropy_share`` quantile of the reference entropies (the study's ~6% high-entropy minority)."""
+    if threshold is not None:
+        return float(threshold)
+    if not 0 < high_entropy_share < 1:
+        raise ValueError(f"high_entropy_share must be in (0, 1), got {high_entropy_share}")
+    return float(np.quantile(scores.ref_entropy, 1 - high_entropy_share)) if scores.positions else 0.0
+
+
+def deciles(values: np.ndarray, buckets: int = 10) -> np.ndarray:
+    """Equal-count bucket (0 .. buckets-1) of each value by rank, ties broken by position (so a model with many
+    near-zero entropies still gets ten buckets of one size)."""
+    ranks = np.empty(values.size, dtype=np.int64)
+    ranks[np.argsort(values, kind="stable")] = np.arange(values.size)
+    return (ranks * buckets) // max(values.size, 1)
+
+
+def consistency_summary(scores: TokenScores, high_entropy_share: float = 0.06, threshold: float | None = None,
+                        buckets: int = 10) -> dict:
+    """Per scoring checkpoint: top-1 consistency overall, at low- and high-entropy positions and per entropy
+    decile and benchmark; the fraction of low-entropy positions that stay stable; the share of all changed
+    positions that sit in the high-entropy minority. Fractions in [0, 1]."""
+    thr = entropy_threshold_of(scores, high_entropy_share, threshold)
+    high = scores.ref_entropy > thr
+    dec = deciles(scores.ref_entropy, buckets)
+    bench = np.array([scores.benchmarks[e] for e in scores.episode]) if scores.positions else np.array([])
+    edges = [[float(scores.ref_entropy[dec == b].min()), float(scores.ref_entropy[dec == b].max())]
+             if (dec == b).any() else [None, None] for b in range(buckets)]
+    out = {"reference": scores.reference, "positions": scores.positions, "entropy_threshold": thr,
+           "high_entropy_positions": int(high.sum()), "high_entropy_fraction": float(high.mean()) if high.size else None,
+           "decile_entropy_range": edges, "reference_self_consistency": float((scores.ref_top1 == scores.token).mean())
+           if scores.positions else None, "checkpoints": {}}
+    for name, t1 in scores.top1.items():
+        same = t1 == scores.ref_top1
+        changed = ~same
+
+        def frac(sel):
+            return float(same[sel].mean()) if sel.any() else None
+
+        out["checkpoints"][name] = {
+            "consistency": float(same.mean()) if same.size else None,
+            "low_entropy_stable": frac(~high),
+            "high_entropy_consistency": frac(high),
+            "changed_positions": int(changed.sum()),
+            "changed_share_in_high_entropy": float((changed & high).sum() / changed.sum()) if changed.any() else None,
+            "by_decile": [frac(dec == b) for b in range(buckets)],
+            "by_benchmark": {b: frac(bench == b) for b in dict.fromkeys(scores.benchmarks)},
+        }
+    return out
+
+
+def summary_frame(summary: dict, study: Mapping | None = None):
+    """DataFrame, one row per scoring checkpoint: consistency, low-entropy stability, high-entropy consistency,
+    share of changes at high entropy (percent); with ``study`` (``paper_results()["diagnostics"]``), a row of
+    the study's figures."""
+    import pandas as pd
+
+    rows = []
+    for name, s in summary["checkpoints"].items():
+        pct = lambda x: None if x is None else 100 * x  # noqa: E731
+        rows.append({"checkpoint": name, "top-1 consistency %": pct(s["consistency"]),
+                     "low-entropy stable %": pct(s["low_entropy_stable"]),
+                     "high-entropy consistency %": pct(s["high_entropy_consistency"]),
+                     "changed positions": s["changed_positions"],
+                     "changes at high entropy %": pct(s["changed_share_in_high_entropy"])})
+    if study:
+        rows.append({"checkpoint": "study", "low-entropy stable %": 100 * study["low_entropy_positions_stable_fraction"],
+                     "changes at high entropy %": None})
+    cols = ["checkpoint", "top-1 consistency %", "low-entropy stable %", "high-entropy consistency %",
+            "changed positions", "changes at high entropy %"]
+    frame = pd.DataFrame(rows, columns=cols).set_index("checkpoint")
+    return frame.astype({"changed positions": "Int64"})
+
+
+def changed_examples(scores: TokenScores, tokenizer, checkpoint: str, n: int = 4, context: int = 24) -> list[dict]:
+    """Up to ``n`` positions (from different episodes, highest reference entropy first) where ``checkpoint``'s
+    top-1 differs from the reference's: the decoded context before it, the reference's and the checkpoint's
+    top-1 tokens, the rollout's token and the entropy."""
+    t1 = scores.top1[checkpoint]
+    idx = np.flatnonzero(t1 != scores.ref_top1)
+    idx = idx[np.argsort(-scores.ref_entropy[idx], kind="stable")]
+    out, seen = [], set()
+    for i in idx:
+        e = int(scores.episode[i])
+        if e in seen:
+            continue
+        seen.add(e)
+        p = int(scores.pos[i])
+        ids = scores.ids[e]
+        out.append({"benchmark": scores.benchmarks[e], "episode": e, "position": p,
+                    "entropy": float(scores.ref_entropy[i]),
+                    "context": tokenizer.decode(ids[max(0, p - context):p]),
+                    "reference_top1": tokenizer.decode([int(scores.ref_top1[i])]),
+                    "checkpoint_top1": tokenizer.decode([int(t1[i])]),
+                    "rollout_token": tokenizer.decode([int(scores.token[i])])})
+        if len(out) >= n:
+            break
+    return out
+
+
+def examples_markdown(examples: list[dict]) -> str:
+    """The examples of :func:`changed_examples` as a Markdown table (strings shown as Python literals, so
+    newlines and spaces are visible)."""
+    if not examples:
+        return "*No position changed its top-1.*"
+
+    def lit(s: str) -> str:
+        return "`" + repr(s).replace("|", "\\|").replace("`", "'") + "`"
+
+    lines = ["| benchmark | entropy (nats) | text before the position | rollout | reference top-1 | checkpoint top-1 |",
+             "|---|---:|---|---|---|---|"]
+    for ex in examples:
+        lines.append(f"| {ex['benchmark']} | {ex['entropy']:.2f} | {lit(ex['context'])} | {lit(ex['rollout_token'])} | "
+                     f"{lit(ex['reference_top1'])} | {lit(ex['checkpoint_top1'])} |")
+    return "\n".join(lines)
+
+
+# --- notebook 07 in one call -------------------------------------------------------------------------------
+
+
+def token_diagnostics(cfg, found, scorers: list[str], n_per_benchmark: int, benchmarks: list[str] | None = None,
+                      high_entropy_share: float = 0.06, threshold: float | None = None, batch_size: int = 8,
+                      max_tokens: int = 4096, progress: bool = True) -> tuple[dict, TokenScores]:
+    """Build (or reuse) the reference rollouts, teacher-force them through the reference and every present
+    checkpoint of ``scorers`` and summarise. Checkpoints of ``scorers`` that are missing are listed in the
+    summary's ``missing``, not scored. Returns ``(summary, scores)``."""
+    ref_run = build_reference(cfg, n_per_benchmark, benchmarks)
+    source = reference_source(cfg).name
+    present = {c.name: c.model for c in found.present()}
+    if source not in present:
+        raise FileNotFoundError(f"the reference checkpoint {source} is missing: run notebook 01 first")
+    unknown = [s for s in scorers if s not in found]
+    if unknown:
+        raise KeyError(f"unknown checkpoint(s) {unknown}; this run store has {[c.name for c in found.items]}")
+    models = {source: present[source]} | {s: present[s] for s in scorers if s in present and s != source}
+    episodes = ref_rollouts(ref_run)
+    scores = score_reference(episodes, models, source, batch_size=batch_size, max_tokens=max_tokens,
+                             dtype=cfg.model.dtype, progress=progress)
+    summary = consistency_summary(scores, high_entropy_share, threshold)
+    summary["missing"] = [s for s in scorers if s not in present]
+    summary["episodes"] = len(episodes)
+    summary["benchmarks"] = list(dict.fromkeys(ep["benchmark"] for ep in episodes))
+    summary["high_entropy_share_asked"] = high_entropy_share if threshold is None else None
+    return summary, scores
