@@ -160,11 +160,15 @@ def weights_reading(diag: dict, cos: dict, study: dict, profile: str, seed: int)
         lo, hi = study["sft_over_rl_displacement"]
         parts = [f"{r['checkpoint']} {_fmt(r['sft_over_rl'], '.1f', 'RL did not move')}" for r in rows]
         ratios = [r["sft_over_rl"] for r in rows if r["sft_over_rl"] is not None]
-        verdict = ("SFT moves the weights more than RL in every stage" if ratios and min(ratios) > 1 else
-                   "SFT does not move the weights more than RL everywhere")
-        where = ("within" if ratios and lo <= min(ratios) and max(ratios) <= hi else "outside")
+        more = all(r["sft_norm"] > r["rl_norm"] for r in rows)
+        verdict = "SFT moves the weights more than RL in every stage" if more else "SFT does not move the weights more than RL everywhere"
+        if ratios:
+            where = "within" if lo <= min(ratios) and max(ratios) <= hi else "outside"
+            verdict += f"; the finite ratios ({min(ratios):.1f}-{max(ratios):.1f}) lie {where} the study's range"
+        else:
+            verdict += "; no RL phase moved the weights at all, so there is no finite ratio"
         lines.append(f"- **F5** (SFT displaces parameters {lo}-{hi}x more than RL): SFT/RL norm ratio {'; '.join(parts)}. "
-                     f"{verdict}; the ratios lie {where} the study's range.")
+                     f"{verdict}.")
     else:
         lines.append("- **F5**: no stage kept a cold-start model here, so SFT and RL cannot be told apart.")
     same, cross = cos.get("same_domain_update_vs_oracle"), cos.get("unrelated_oracles")
@@ -236,13 +240,18 @@ def tokens_reading(summary: dict, study: dict, profile: str, seed: int) -> str:
     hi_share = summary["high_entropy_fraction"]
     lines = [f"- {summary['positions']} assistant positions in {summary['episodes']} reference episodes of "
              f"{summary['reference']}; {100 * hi_share:.1f}% are high-entropy (above {summary['entropy_threshold']:.2f} nats)."]
+    concentrated = []
     for name, s in cs.items():
         conc = s["changed_share_in_high_entropy"]
-        ratio = None if conc is None or not hi_share else conc / hi_share
-        lines.append(f"- **{name}**: {100 * s['low_entropy_stable']:.1f}% of low-entropy positions keep their top-1 "
-                     f"(study {100 * study['low_entropy_positions_stable_fraction']:.0f}%); "
-                     f"{_fmt(None if conc is None else 100 * conc, '.1f')}% of its {s['changed_positions']} changes sit at "
-                     f"high entropy ({_fmt(ratio, '.1f')}x the high-entropy share of positions"
+        stable = f"{100 * s['low_entropy_stable']:.1f}% of low-entropy positions keep their top-1 " \
+                 f"(study {100 * study['low_entropy_positions_stable_fraction']:.0f}%)"
+        if conc is None:
+            lines.append(f"- **{name}**: {stable}; no position changed its top-1.")
+            continue
+        ratio = conc / hi_share if hi_share else None
+        concentrated.append(ratio is not None and ratio > 2)
+        lines.append(f"- **{name}**: {stable}; {100 * conc:.1f}% of its {s['changed_positions']} changes sit at high "
+                     f"entropy ({_fmt(ratio, '.1f')}x the high-entropy share of positions"
                      + ("; the changes concentrate there)." if ratio and ratio > 2 else "; no concentration)."))
     stable = [s["low_entropy_stable"] for s in cs.values() if s["low_entropy_stable"] is not None]
     lowest, top = [], []
@@ -250,11 +259,15 @@ def tokens_reading(summary: dict, study: dict, profile: str, seed: int) -> str:
         if s["by_decile"][0] is not None and s["by_decile"][-1] is not None:
             lowest.append(s["by_decile"][0])
             top.append(s["by_decile"][-1])
-    agree = stable and min(stable) >= study["low_entropy_positions_stable_fraction"] - 0.05
-    lines.append("- **F3** (low-entropy positions stay stable; changes concentrate at high entropy): "
-                 + ("agrees with the study." if agree else "differs from the study: low-entropy positions change too.")
-                 + (f" Lowest-entropy decile {100 * min(lowest):.0f}-{100 * max(lowest):.0f}% consistent, highest "
-                    f"{100 * min(top):.0f}-{100 * max(top):.0f}%." if lowest else ""))
+    is_stable = bool(stable) and min(stable) >= study["low_entropy_positions_stable_fraction"] - 0.05
+    halves = ["low-entropy positions stay stable, as in the study" if is_stable else
+              "low-entropy positions change too, unlike the study"]
+    if concentrated:
+        halves.append("the changes concentrate at high entropy, as in the study" if all(concentrated) else
+                      "the changes do not concentrate at high entropy" + (" for every checkpoint" if any(concentrated) else ""))
+    lines.append("- **F3** (low-entropy positions stay stable; changes concentrate at high entropy): " + "; ".join(halves)
+                 + "." + (f" Lowest-entropy decile {100 * min(lowest):.0f}-{100 * max(lowest):.0f}% consistent, highest "
+                          f"{100 * min(top):.0f}-{100 * max(top):.0f}%." if lowest else ""))
     if summary.get("missing"):
         lines.append(f"- Not scored (missing runs): {', '.join(summary['missing'])}.")
     return f"**Tokens, {profile} seed {seed}**\n\n" + "\n".join(lines)
