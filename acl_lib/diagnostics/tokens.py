@@ -220,27 +220,20 @@ def score_reference(episodes: list[dict], models: Mapping[str, str], reference: 
     pos = np.concatenate([[t for t, m in enumerate(mk) if m and t > 0] for _, mk in encoded]).astype(np.int64)
     token = np.array([encoded[e][0][p] for e, p in zip(episode, pos)], dtype=np.int64)
     order = [reference] + [n for n in models if n != reference]
-    bar = None
-    if progress:
-        from acl_lib.progress import Progress
+    from acl_lib.diagnostics.weights import _progress
 
-        bar = Progress(len(order), "tokens: teacher forcing", unit="checkpoint").__enter__()
     top1, ref_entropy = {}, None
-    try:
+    with _progress(progress, len(order), "tokens: teacher forcing", "checkpoint") as bar:
         for name in order:
             model = _load_model(str(models[name]), dtype, dev)
-            if model.config.vocab_size != len(tok) and model.config.vocab_size < len(tok):
+            if model.config.vocab_size < len(tok):
                 raise ValueError(f"checkpoint {name}: vocabulary {model.config.vocab_size} < the reference's {len(tok)}")
             t1, ent = _forward_positions(model, encoded, batch_size, pad, dev, want_entropy=name == reference)
             top1[name] = t1
             if ent is not None:
                 ref_entropy = ent
             del model
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
+            bar.update(1)
     return TokenScores(reference, [ep["benchmark"] for ep in episodes], [ids for ids, _ in encoded], episode, pos,
                        token, ref_entropy, top1[reference], {n: top1[n] for n in order if n != reference})
 

@@ -24,12 +24,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-BLOCK_ELEMENTS = 1 << 24  # elements per checkpoint read at once (64 MiB as float32): larger tensors go by rows
+BLOCK_ELEMENTS = 1 << 22  # elements per checkpoint held at once (32 MiB as float64): larger tensors go by row blocks
 MODULE_TYPES = ("embeddings", "attention", "mlp", "norm", "other")
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -108,6 +109,23 @@ class _Readers:
             self.open.clear()  # one open shard per checkpoint
             self.open[path] = safe_open(str(path), "pt")
         return self.open[path].get_slice(name)
+
+
+class _NoProgress:
+    def update(self, *args, **kwargs) -> None:
+        pass
+
+
+@contextmanager
+def _progress(show: bool, total: int, desc: str, unit: str):
+    """An ``acl_lib.progress.Progress`` line, or a silent stand-in (tests, library callers that print nothing)."""
+    if not show:
+        yield _NoProgress()
+        return
+    from acl_lib.progress import Progress
+
+    with Progress(total, desc, unit=unit) as bar:
+        yield bar
 
 
 # --- the Gram ----------------------------------------------------------------------------------------------
@@ -223,12 +241,7 @@ def streamed_gram(models: Mapping[str, str | Path], base: str, block_elements: i
     grams: dict[str, np.ndarray] = {}
     sizes: dict[str, int] = {}
 
-    bar = None
-    if progress:
-        from acl_lib.progress import Progress
-
-        bar = Progress(len(tensors), "weights: gram", unit="tensor").__enter__()
-    try:
+    with _progress(progress, len(tensors), "weights: gram", "tensor") as bar:
         for name in tensors:
             slices = {n: readers[n].slice(name) for n in names}
             shape = slices[base].get_shape()
@@ -256,11 +269,7 @@ def streamed_gram(models: Mapping[str, str | Path], base: str, block_elements: i
             for g in groups_of(name):
                 grams[g] = grams.get(g, np.zeros((k, k))) + G
                 sizes[g] = sizes.get(g, 0) + numel
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
+            bar.update(1)
     return Gram(names, base, grams, sizes)
 
 
