@@ -46,3 +46,21 @@ def smoke_cfg(tmp_path):
     from acl_lib.config import load_config
 
     return load_config("smoke", [f"output_dir={tmp_path / 'outputs'}"], seed=0)
+
+
+# --- the `rehearsal` marker: run by `make rehearsal` (CI runs it after `make test`), not by a plain `pytest` -------
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "rehearsal: the paper profile's hostfile launch on two local DeepSpeed "
+                                       "processes (make rehearsal; .ci/run runs it after make test)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Leave out tests marked ``rehearsal`` unless a ``-m`` expression was given (``make rehearsal``: ``-m rehearsal``)."""
+    if config.getoption("markexpr"):
+        return
+    kept = [i for i in items if i.get_closest_marker("rehearsal") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("rehearsal") is not None])
+        items[:] = kept

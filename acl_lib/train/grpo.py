@@ -85,10 +85,11 @@ def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks
     data = trl_env.grpo_dataset(tasks)
     if multi:
         max_turns = cfg.grpo.max_turns
+        rollout = trl_env.EpisodeRollout(policy, max_new_tokens=cfg.grpo.max_new_tokens)
+        rollout.chat_template(tok)  # a template rollouts cannot render with fails here, before any step
         return GRPOTrainer(
             model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
-            environment_factory=trl_env.environment_factory(env, max_turns),
-            rollout_func=trl_env.EpisodeRollout(policy, max_new_tokens=cfg.grpo.max_new_tokens),
+            environment_factory=trl_env.environment_factory(env, max_turns), rollout_func=rollout,
         )
     return GRPOTrainer(
         model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),

@@ -23,7 +23,10 @@ Which TRL mechanism each kind of world uses, and why:
   itself only receives the prompts), and ``get_reward()`` is TRL's per-rollout reward source.
   ``EpisodeRollout`` then drives every episode: the policy writes a turn, the episode answers, the answer is
   appended as template-rendered tokens with ``env_mask`` 0 (TRL turns ``env_mask`` into ``tool_mask`` and
-  trains on ``completion_mask * tool_mask``), and the policy's own tokens carry ``env_mask`` 1.
+  trains on ``completion_mask * tool_mask``), and the policy's own tokens carry ``env_mask`` 1. Appending
+  rendered observations to generated tokens needs a prefix-preserving template: for one that is not (Qwen3's
+  own), rollouts render with TRL's training variant of it (``rollout_chat_template``), the swap TRL itself
+  makes only when ``tools=`` is passed.
 
 The token bookkeeping lives in ``rollout_episodes`` (pure: a policy in, ids and masks out), so a test can drive
 real episodes with the scripted expert through the very code the trainer runs.
@@ -169,22 +172,25 @@ class Rollout:
     truncated: bool = False
 
 
-def prompt_ids_for(tokenizer, episode: Episode) -> list[int]:
-    """The generation prompt of an episode, rendered with its task's tool schemas (as the evaluator does)."""
+def prompt_ids_for(tokenizer, episode: Episode, chat_template: str | None = None) -> list[int]:
+    """The generation prompt of an episode, rendered with its task's tool schemas (as the evaluator does).
+    ``chat_template``: the template to render with (``rollout_chat_template``); None: the tokenizer's own."""
     return list(
         tokenizer.apply_chat_template(
             episode.messages, tools=episode.task.tools or None, add_generation_prompt=True, tokenize=True,
-            return_dict=False,
+            return_dict=False, chat_template=chat_template,
         )
     )
 
 
-def observation_ids(tokenizer, observations: list[dict]) -> list[int]:
+def observation_ids(tokenizer, observations: list[dict], chat_template: str | None = None) -> list[int]:
     """Token ids the chat template renders for ``observations`` after an assistant turn that ended with eos.
 
     Rendered as the difference between a short conversation ending in an assistant turn and the same
     conversation plus the observations and the next generation prompt, cut at the assistant turn's eos, so
-    the ids continue exactly the tokens the policy generated (the policy's own eos included).
+    the ids continue exactly the tokens the policy generated (the policy's own eos included). Raises
+    ``ValueError`` when the template re-renders the assistant turn once observations follow it (Qwen3's own
+    template does: see ``rollout_chat_template``).
     """
     head = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
     # The dummy head must end with the same kind of turn the observations answer: tool results follow a call.
@@ -192,7 +198,8 @@ def observation_ids(tokenizer, observations: list[dict]) -> list[int]:
         head[1] = {"role": "assistant", "content": "", "tool_calls": [
             {"type": "function", "function": {"name": observations[0].get("name", "tool"), "arguments": "{}"}}]}
     render = lambda msgs, gen: list(  # noqa: E731
-        tokenizer.apply_chat_template(msgs, add_generation_prompt=gen, tokenize=True, return_dict=False)
+        tokenizer.apply_chat_template(msgs, add_generation_prompt=gen, tokenize=True, return_dict=False,
+                                      chat_template=chat_template)
     )
     prefix, full = render(head, False), render(head + observations, True)
     eos = tokenizer.eos_token_id
@@ -202,8 +209,51 @@ def observation_ids(tokenizer, observations: list[dict]) -> list[int]:
     return full[cut:]
 
 
+# The two observation kinds a rollout appends after a policy turn: tool results, and a simulated user's reply.
+_PROBE_OBSERVATIONS = ([{"role": "tool", "name": "probe", "content": "probe"}], [{"role": "user", "content": "probe"}])
+
+
+def _renders_observations(tokenizer, chat_template: str | None) -> bool:
+    try:
+        for obs in _PROBE_OBSERVATIONS:
+            observation_ids(tokenizer, obs, chat_template)
+    except ValueError:
+        return False
+    return True
+
+
+def rollout_chat_template(tokenizer) -> str | None:
+    """The chat template multi-turn rollouts render with: None (the tokenizer's own) when appending observations
+    never re-renders the assistant turn before them, else TRL's prefix-preserving training variant of it.
+
+    Qwen3's own template (Qwen3-8B-Base ships it) renders an empty ``<think>`` block in the last assistant turn
+    and drops it once a tool result or user message follows, so the observation tokens could not be appended to
+    what the policy generated. TRL swaps in its training template (``trl/chat_templates/qwen3_training.jinja``:
+    every assistant turn rendered the same way, ``{% generation %}`` markers) only when ``tools=`` is passed,
+    which our rollout path does not do (module docstring); this is the same swap, for ``rollout_func``. The
+    tokenizer itself is left as it is: checkpoints keep their own template for evaluation. The prompt (system,
+    tools, user, generation header) renders the same under both. Raises ``ValueError`` for a template that is
+    not prefix-preserving and that TRL has no training variant of.
+    """
+    if _renders_observations(tokenizer, None):
+        return None
+    from trl.chat_template_utils import get_training_chat_template
+
+    try:
+        template = get_training_chat_template(tokenizer)
+    except ValueError as exc:
+        raise ValueError(
+            "the tokenizer's chat template is not prefix-preserving (appending a tool result or a user message "
+            f"re-renders the assistant turn before it) and TRL has no training variant of it ({exc}); give the "
+            "tokenizer a prefix-preserving template for multi-turn GRPO") from None
+    if template is None or not _renders_observations(tokenizer, template):
+        raise ValueError("the tokenizer's chat template is not prefix-preserving for tool results and user "
+                         "messages, and TRL's training variant of it is not either")
+    return template
+
+
 def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_completion_length: int,
-                     max_new_tokens: int | None = None) -> list[Rollout]:
+                     max_new_tokens: int | None = None, chat_template: str | None = None) -> list[Rollout]:
     """Drive ``episodes`` to the end with ``policy``; returns one ``Rollout`` per episode, in order.
 
     All unfinished episodes generate together, one turn per round. A policy turn is decoded without special
@@ -211,9 +261,10 @@ def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_com
     ``max_completion_length`` for the whole rollout (policy and observation tokens, as TRL counts a
     completion), ``max_new_tokens`` per turn (the evaluator's cap; None: only the rollout budget). An episode
     stops when it is done, when a turn is cut off by a budget, or when the next observation would not fit.
+    ``chat_template``: what prompts and observations are rendered with (``rollout_chat_template``).
     """
     eos = tokenizer.eos_token_id
-    rolls = [Rollout(prompt_ids=prompt_ids_for(tokenizer, ep)) for ep in episodes]
+    rolls = [Rollout(prompt_ids=prompt_ids_for(tokenizer, ep, chat_template)) for ep in episodes]
     active = [i for i, ep in enumerate(episodes) if not ep.done]
     while active:
         reqs = []
@@ -243,7 +294,7 @@ def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_com
             obs = ep.step(text)
             if ep.done:
                 continue
-            obs_ids = observation_ids(tokenizer, obs) if obs else []
+            obs_ids = observation_ids(tokenizer, obs, chat_template) if obs else []
             if not obs_ids or len(r.completion_ids) + len(obs_ids) >= max_completion_length:
                 ep.end(f"completion budget ({max_completion_length} tokens) exhausted")
                 continue
@@ -318,6 +369,13 @@ class EpisodeRollout:
         self.policy = policy
         self.max_new_tokens = max_new_tokens
         self.__name__ = "episode_rollout"
+        self._template: tuple[int, str | None] | None = None  # (id of the tokenizer, rollout_chat_template of it)
+
+    def chat_template(self, tokenizer) -> str | None:
+        """``rollout_chat_template(tokenizer)``, worked out once per tokenizer."""
+        if self._template is None or self._template[0] != id(tokenizer):
+            self._template = (id(tokenizer), rollout_chat_template(tokenizer))
+        return self._template[1]
 
     def __call__(self, prompts: list, trainer) -> dict[str, Any]:
         from trl.models import unwrap_model_for_generation
@@ -328,10 +386,11 @@ class EpisodeRollout:
         episodes = [e.episode for e in envs]
         tok = trainer.processing_class
         max_len = trainer.max_completion_length
+        template = self.chat_template(tok)
         if self.policy is not None:
-            rolls = rollout_episodes(episodes, self.policy, tok, max_len, self.max_new_tokens)
+            rolls = rollout_episodes(episodes, self.policy, tok, max_len, self.max_new_tokens, template)
         elif trainer.use_vllm:
-            rolls = rollout_episodes(episodes, vllm_policy(trainer), tok, max_len, self.max_new_tokens)
+            rolls = rollout_episodes(episodes, vllm_policy(trainer), tok, max_len, self.max_new_tokens, template)
         else:
             # One unwrap for the whole multi-turn rollout: under ZeRO-3 the gather is a collective, so every
             # process enters and leaves it once whatever number of turns its own episodes take.
@@ -342,7 +401,8 @@ class EpisodeRollout:
             ) as model:
                 trainer._acl_gen_model = model
                 try:
-                    rolls = rollout_episodes(episodes, hf_policy(trainer), tok, max_len, self.max_new_tokens)
+                    rolls = rollout_episodes(episodes, hf_policy(trainer), tok, max_len, self.max_new_tokens,
+                                             template)
                 finally:
                     trainer._acl_gen_model = None
         for r in rolls:  # every completion needs >= 1 token for TRL's bookkeeping
