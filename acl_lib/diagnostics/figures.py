@@ -181,7 +181,9 @@ def weights_reading(diag: dict, cos: dict, study: dict, profile: str, seed: int)
         lines.append("- A stage's update vs its oracle: needs the oracles of the stages after the first (notebook 05).")
     if cross is not None:
         lines.append(f"- **F4** (unrelated task vectors nearly orthogonal): mean cosine between different oracles' task "
-                     f"vectors {cross:.2f} over {cos['n_unrelated']} pair(s) (study {study['cosine_unrelated_sft_tasks']:.2f}).")
+                     f"vectors {cross:.2f} over {cos['n_unrelated']} pair(s) (study {study['cosine_unrelated_sft_tasks']:.2f}): "
+                     + ("nearly orthogonal, as in the study." if abs(cross) < 0.1 else
+                        "not nearly orthogonal here; the oracles share part of their direction."))
     else:
         lines.append("- **F4**: needs at least two oracles of different domains (notebook 05).")
     if diag["missing"]:
