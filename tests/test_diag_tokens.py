@@ -108,3 +108,20 @@ def test_examples_and_saved_arrays(scored, tmp_path):
 def test_missing_reference_is_named():
     with pytest.raises(KeyError, match="reference checkpoint 'nope'"):
         T.score_reference(EPISODES, {"ref": str(MINI_BASE)}, "nope", progress=False)
+
+
+def test_a_template_without_generation_spans_uses_trls_training_variant():
+    """Qwen3-8B-Base ships Qwen3's own template, which has no {% generation %} spans: the assistant tokens come
+    from TRL's training variant of it; a template TRL does not know is refused with a clear error."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import qwen3_chat_template
+
+    tok = AutoTokenizer.from_pretrained(MINI_BASE)
+    tok.chat_template = qwen3_chat_template
+    assert T.mask_template(tok) is not None
+    ((ids, mask),) = T.encode_episodes(tok, EPISODES[1:2], 4096)
+    text = tok.decode([i for i, m in zip(ids, mask) if m])
+    assert "<answer>Norland</answer>" in text and TOOL_TEXT not in text and "In which country" not in text
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    with pytest.raises(ValueError, match="does not mark assistant turns"):
+        T.encode_episodes(tok, EPISODES[:1], 4096)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -140,12 +141,38 @@ class TokenScores:
         return path
 
 
+_GENERATION = re.compile(r"{%-?\s*generation\s*-?%}")
+
+
+def mask_template(tokenizer) -> str | None:
+    """The chat template that marks the assistant's tokens: None (the tokenizer's own) when it has
+    ``{% generation %}`` spans, as the suite's does; else TRL's training variant of it (Qwen3-8B-Base ships
+    Qwen3's template, which has none: ``trl/chat_templates/qwen3_training.jinja``). Raises ``ValueError`` for a
+    template without spans that TRL has no variant of."""
+    if _GENERATION.search(tokenizer.chat_template or ""):
+        return None
+    from trl.chat_template_utils import get_training_chat_template
+
+    try:
+        template = get_training_chat_template(tokenizer)
+    except ValueError as exc:
+        template, why = None, f" ({exc})"
+    else:
+        why = ""
+    if not template or not _GENERATION.search(template):
+        raise ValueError("the tokenizer's chat template does not mark assistant turns with {% generation %} and TRL has "
+                         f"no training variant of it{why}: the token diagnostics cannot tell assistant tokens apart")
+    return template
+
+
 def encode_episodes(tokenizer, episodes: list[dict], max_tokens: int) -> list[tuple[list[int], list[int]]]:
-    """``(input_ids, assistant_mask)`` of each episode rendered by the chat template, cut at ``max_tokens``."""
+    """``(input_ids, assistant_mask)`` of each episode rendered by the chat template (``mask_template``), cut at
+    ``max_tokens``."""
+    template = mask_template(tokenizer)
     out = []
     for ep in episodes:
         enc = tokenizer.apply_chat_template(ep["messages"], tools=ep.get("tools") or None, tokenize=True,
-                                            return_dict=True, return_assistant_tokens_mask=True)
+                                            return_dict=True, return_assistant_tokens_mask=True, chat_template=template)
         ids, mask = list(enc["input_ids"])[:max_tokens], list(enc["assistant_masks"])[:max_tokens]
         if not any(mask):
             raise ValueError(f"episode {ep.get('id')}: no assistant token found; does the chat template mark "
