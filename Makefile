@@ -1,6 +1,9 @@
 # Two commands on a fresh machine with Python 3.11:
 #   make run    create .venv if missing, install the suite, execute every notebook (profile mini, seed 0)
 #   make test   create .venv if missing, install with test extras, run the test suite
+#   make rehearsal  the paper profile's hostfile launch on two local DeepSpeed processes (tests marked
+#               `rehearsal` in tests/test_paper_rehearsal.py; the rest of that rehearsal runs in make test).
+#               The first run on a machine JIT-builds DeepSpeed's CPU comm extension (~5 min, then cached).
 # Both are idempotent: the install step is skipped while .venv/.installed is newer than pyproject.toml.
 # GPU machines: use environment.yml (conda: CUDA torch, vllm, deepspeed) instead of this venv.
 
@@ -17,13 +20,16 @@ PROFILE ?= mini
 SEEDS   ?= 0
 PYTEST_ARGS ?=
 
-.PHONY: run test install smoke status lab nbstrip clean-venv
+.PHONY: run test rehearsal install smoke status lab nbstrip clean-venv
 
 run: $(STAMP)
 	$(VENV)/bin/acl run --profile $(PROFILE) --seeds $(SEEDS)
 
 test: $(STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+rehearsal: $(STAMP)
+	$(VENV)/bin/pytest -m rehearsal tests/test_paper_rehearsal.py $(PYTEST_ARGS)
 
 install: $(STAMP)
 

@@ -21,6 +21,8 @@ What each test covers (issue 15):
   does not run on CPU; the unshrunk paper profile's engine and sampling arguments (evaluation and GRPO rollouts:
   max model length, stop tokens, per-turn budget, colocate mode) are built from the Qwen3 tokenizer and checked.
   The suite has no LoRA settings yet (MLE, notebook 11, is a later issue): nothing to render for them.
+* ``test_the_customer_model_loads_whole_inside_a_zero3_job``: item 1 inside item 3: the LLM user simulator on a
+  local model (backend ``hf``) in a ZeRO-3 training process, a defect the hostfile rehearsal found.
 * ``test_hostfile_launch_on_two_local_processes`` (marked ``rehearsal``; ``make rehearsal``, which ``.ci/run``
   calls): item 3 ("the hostfile launcher on two local processes"): the paper profile's ``multi_node`` launch with
   a hostfile naming ``localhost slots=2`` runs the generated ``deepspeed.sh`` for real: two DeepSpeed ZeRO-3
@@ -32,6 +34,7 @@ What each test covers (issue 15):
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -388,20 +391,63 @@ def test_what_needs_a_gpu_is_rendered_from_the_paper_profile(qwen3_tok, tmp_path
     assert cfg.eval.max_new_tokens < cfg.model.max_position_embeddings  # the context guard leaves room for a prompt
 
 
+def test_the_customer_model_loads_whole_inside_a_zero3_job(monkeypatch):
+    """In a ZeRO-3 training process transformers partitions every model ``from_pretrained`` loads; the LLM user
+    simulator's model (backend hf) must load whole, or its first turn fails ("'weight' must be 2-D"). Found by the
+    hostfile rehearsal below."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    from transformers.integrations import deepspeed as hf_ds
+    from transformers.integrations.deepspeed import HfDeepSpeedConfig
+
+    from acl_lib.config import UserSimConfig
+    from acl_lib.envs import llm_user
+
+    monkeypatch.setattr(llm_user, "_SIMULATORS", {})
+    ds = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
+    try:
+        assert hf_ds.is_deepspeed_zero3_enabled()
+        chat = llm_user.simulator_for(UserSimConfig(backend="hf", model="acl_lib/data/mini_base", max_new_tokens=4))
+        assert hf_ds.is_deepspeed_zero3_enabled()  # the job's own setting is back
+    finally:
+        hf_ds.unset_hf_deepspeed_config()
+        del ds
+    emb = chat.policy.model.get_input_embeddings().weight
+    assert emb.dim() == 2 and emb.numel() > 0
+    assert isinstance(chat([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]), str)
+
+
 # --- item 3: the hostfile launcher on two local processes (make rehearsal) -----------------------------------
+
+
+# DeepSpeed's runner checks a hostfile's first host with `ssh <host> hostname` and asks it for its address with
+# `ssh <host> hostname -I`, even when that host is this machine; the test machine runs no ssh server. This `ssh`
+# runs the command here, as an ssh to localhost would.
+_LOCAL_SSH = """#!/bin/bash
+while [[ "$1" == -* ]]; do case "$1" in -o|-p) shift 2;; *) shift;; esac; done
+[[ "$1" == localhost ]] || { echo "ssh shim: only localhost, not $1" >&2; exit 255; }
+shift
+exec bash -c "$*"
+"""
 
 
 @pytest.mark.rehearsal
 @pytest.mark.timeout(1200)
-def test_hostfile_launch_on_two_local_processes(qwen3_dir, layout, tmp_path):
+def test_hostfile_launch_on_two_local_processes(qwen3_dir, layout, tmp_path, monkeypatch):
     from acl_lib.runs import Run, run_once
     from acl_lib.train import launcher
 
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ssh").write_text(_LOCAL_SSH)
+    (bindir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost slots=2\n")
     cfg = load_config("paper", overrides={**rehearsal_overrides(tmp_path, layout, qwen3_dir),
                                           "launcher.hostfile": str(hostfile), "launcher.num_nodes": 1,
-                                          "launcher.num_processes": 2, "torch_threads": 2})
+                                          "launcher.num_processes": 2, "torch_threads": 2,
+                                          # the ZeRO-3 config is bf16 (zero3_bf16.json): the paper's precision
+                                          "launcher.mixed_precision": "bf16"})
     assert cfg.launcher.mode == "multi_node" and cfg.launcher.zero_stage == 3
     stage = Run(cfg, "seq_ecom")
 

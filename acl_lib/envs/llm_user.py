@@ -48,6 +48,7 @@ import re
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -170,7 +171,8 @@ class PolicyChat:
             self.policy.max_new_tokens = self.max_new_tokens
         msgs = list(messages)
         try:
-            (text,) = self.policy([(self._task, msgs)])
+            with _outside_zero3():  # a local model, whole on this rank: generate() must not sync with other ranks
+                (text,) = self.policy([(self._task, msgs)])
         finally:
             if hasattr(self.policy, "forget"):
                 self.policy.forget(self._task, msgs)
@@ -248,6 +250,27 @@ class OpenAIChat:
 _SIMULATORS: dict[str, Chat] = {}
 
 
+@contextmanager
+def _outside_zero3():
+    """Load and run the simulating model as a plain local model, in a DeepSpeed ZeRO-3 training process too. Under
+    ZeRO-3 (a GRPO job of the paper profile, whose rollouts play the customer) transformers' ``from_pretrained``
+    partitions every model it loads across the ranks, so the simulator's weights were empty placeholders ("'weight'
+    must be 2-D" at its first turn), and ``generate`` all-reduces after every token (``synced_gpus``), so a rank
+    whose customer spoke while the other rank's did not waited forever. The customer is no part of the trained
+    model: every rank keeps its own full copy and generates alone. Both found by the hostfile rehearsal."""
+    try:
+        from transformers.integrations import deepspeed as hf_ds
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        yield
+        return
+    ref = hf_ds._hf_deepspeed_config_weak_ref
+    hf_ds._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_ds._hf_deepspeed_config_weak_ref = ref
+
+
 def simulator_for(cfg: UserSimConfig) -> Chat:
     """The simulating model of ``cfg``, built once per process (a local model is loaded once and shared)."""
     if cfg.backend == "none":
@@ -267,12 +290,13 @@ def simulator_for(cfg: UserSimConfig) -> Chat:
             # a relative directory is the checkout's (acl_lib/data/mini_base), wherever the process runs (notebooks/)
             local = project_root() / cfg.model
             model = str(local) if not Path(cfg.model).is_absolute() and local.is_dir() else cfg.model
-            if cfg.backend == "hf":
-                # reuse_kv=False: every simulator prompt is a new message list, a per-episode cache would only grow
-                policy = HFPolicy(model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype,
-                                  reuse_kv=False)
-            else:
-                policy = VLLMPolicy(model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype)
+            with _outside_zero3():
+                if cfg.backend == "hf":
+                    # reuse_kv=False: every simulator prompt is a new message list, a per-episode cache would only grow
+                    policy = HFPolicy(model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype,
+                                      reuse_kv=False)
+                else:
+                    policy = VLLMPolicy(model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype)
             chat = PolicyChat(policy, cfg.max_new_tokens)
         _SIMULATORS[key] = chat
     return _SIMULATORS[key]

@@ -166,13 +166,17 @@ def multi_node_scripts(cfg, job_file: Path, out_dir) -> dict[str, Path]:
     ds_env = env_file(cfg, ds_config, d / "deepspeed_env")
     ds_cmd = ["deepspeed", "--hostfile", str(hostfile), "--num_nodes", str(L.num_nodes), "--num_gpus",
               str(L.num_processes), "--master_port", "29500", "--no_local_rank", *entry_args(job_file, ds_config)]
+    # The `deepspeed` on PATH, else the one beside the interpreter that wrote the script (a venv that is not
+    # activated, as under `make`: a bare `deepspeed` was "command not found").
+    ds_exe = str(Path(sys.executable).parent / "deepspeed")
     ds = d / "deepspeed.sh"
     ds.write_text("#!/bin/bash\n# Hostfile launch: 'node-1 slots=8' per line; deepspeed reaches the nodes by ssh.\n"
                   "# DeepSpeed forwards to the other nodes only a few variables and those of $DS_ENV_FILE (see\n"
                   "# acl_lib.train.launcher.env_file); the ZeRO config also travels as --deepspeed-config.\n"
                   f"set -euo pipefail\ncd {shlex.quote(str(root))}\n{exports}"
                   f"export DS_ENV_FILE={shlex.quote(str(ds_env.resolve()))}\n"
-                  + " ".join(shlex.quote(a) for a in ds_cmd) + "\n")
+                  f"DEEPSPEED=$(command -v deepspeed || echo {shlex.quote(ds_exe)})\n"
+                  + '"$DEEPSPEED" ' + " ".join(shlex.quote(a) for a in ds_cmd[1:]) + "\n")
     acc_cfg = d / "accelerate.yaml"
     acc_cfg.write_text(
         "# accelerate + DeepSpeed plugin; machine rank and main process address are passed per node by srun.\n"

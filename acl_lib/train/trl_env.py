@@ -325,8 +325,12 @@ def hf_policy(trainer) -> Policy:
         if state.get("model") is not model:
             state["model"] = model
             state["gen"] = TurnGenerator(model, tok.pad_token_id, tok.eos_token_id, batch_size=len(reqs))
+        # synced_gpus=False: under ZeRO-3 generate() otherwise all-reduces after every token, and ranks whose
+        # episodes take different numbers of turns then wait on each other forever (found by the hostfile rehearsal).
+        # The weights are gathered whole for the rollout (ds3_gather_for_generation, EpisodeRollout): generation
+        # is local.
         outs = state["gen"].generate([(id(r.episode), r.ids) for r in reqs], max(r.max_new_tokens for r in reqs),
-                                     generation_config=trainer.generation_config)
+                                     generation_config=trainer.generation_config, synced_gpus=False)
         return outs, None
 
     return policy
@@ -392,6 +396,9 @@ class EpisodeRollout:
         elif trainer.use_vllm:
             rolls = rollout_episodes(episodes, vllm_policy(trainer), tok, max_len, self.max_new_tokens, template)
         else:
+            if trainer.is_deepspeed_enabled and not trainer.args.ds3_gather_for_generation:
+                raise ValueError("multi-turn rollouts need ds3_gather_for_generation=True under ZeRO-3: with sharded "
+                                 "weights every rank must run the same forward passes, and episodes end unevenly")
             # One unwrap for the whole multi-turn rollout: under ZeRO-3 the gather is a collective, so every
             # process enters and leaves it once whatever number of turns its own episodes take.
             with unwrap_model_for_generation(
