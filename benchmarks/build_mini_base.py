@@ -1,6 +1,7 @@
 """Build the mini base with the suite's recipe and ship it (weights, tokenizer, model card) in the repository.
 
-    python benchmarks/build_mini_base.py            # build (about an hour on 2 cores; resumes), score, ship
+    python benchmarks/build_mini_base.py --set worlds.n_train=256   # the shipped base (about an hour on 2 cores;
+                                                                    # resumes), scored and shipped
     python benchmarks/build_mini_base.py --no-ship  # build and score only
     python benchmarks/build_mini_base.py --reuse-warmup DIR   # phase 1 taken from an earlier build
 
@@ -24,7 +25,9 @@ import platform
 import time
 from datetime import date
 
-COMMAND = "python benchmarks/build_mini_base.py"
+# The shipped base was built with the mini worlds at n_train 256; the profile's worlds grew since (its search
+# world follows n_train), and the corpus is drawn from worlds of the same sizes, so the exact rebuild pins it.
+SHIPPED_WORLDS = ["worlds.n_train=256"]
 RECIPE_SECTIONS = ("model", "pretrain", "worlds")
 
 
@@ -84,6 +87,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--output-dir", default="outputs/base_build")
     ap.add_argument("--reuse-warmup", metavar="DIR", default=None,
                     help="a finished checkpoints/copy_warmup of an earlier build with the same phase-1 settings")
+    ap.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                    help=f"config overrides on the mini profile (the shipped base: {' '.join(SHIPPED_WORLDS)})")
     args = ap.parse_args(argv)
     if args.reuse_warmup:
         reuse_warmup(args.reuse_warmup)
@@ -95,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     from acl_lib.model.shipped import shipped_dir, write_shipped
     from acl_lib.train.common import read_log
 
-    cfg = load_config("mini", {"output_dir": args.output_dir, "pretrain.source": "pretrain"}, seed=0)
+    cfg = load_config("mini", [*args.overrides, f"output_dir={args.output_dir}", "pretrain.source=pretrain"], seed=0)
     t0 = time.perf_counter()
     model_dir = build_base(cfg, evaluate=False)
     run = base_run(cfg)
@@ -109,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     tokens = summary["tokens_seen"] + warm.get("tokens_seen", 0)
     complete = json.loads((run.path / "COMPLETE.json").read_text())
     card = {
-        "command": COMMAND,
+        "command": " ".join(["python benchmarks/build_mini_base.py", *(["--set", *args.overrides] if args.overrides else [])]),
         "recipe_config_hash": recipe_hash(cfg),
         "run_config_hash": complete["config_hash"],
         "config": {k: cfg.to_dict()[k] for k in RECIPE_SECTIONS},

@@ -47,12 +47,13 @@ def measure(cfg, model_dir: str, benchmarks: list[str], reuse_kv: bool = True) -
     rows = []
     for key in benchmarks:
         bench = BENCHMARKS[key]
-        policy = HFPolicy(model_dir, cfg.eval.max_new_tokens, cfg.eval.temperature, cfg.eval.top_p,
+        max_turns, max_new_tokens = cfg.eval.limits_for(key)  # the benchmark's own limits, as evaluate() uses
+        policy = HFPolicy(model_dir, max_new_tokens, cfg.eval.temperature, cfg.eval.top_p,
                           cfg.eval.batch_size, dtype=cfg.model.dtype, reuse_kv=reuse_kv)
         env = world(cfg, bench.env)
         n = cfg.worlds.n_test if bench.suite == "in_domain" else cfg.worlds.n_ood
         t0 = time.perf_counter()
-        summary, records = evaluate_benchmark(policy, bench, env, n, 1, cfg.eval.max_turns, task_seed=cfg.worlds.seed,
+        summary, records = evaluate_benchmark(policy, bench, env, n, 1, max_turns, task_seed=cfg.worlds.seed,
                                               batch_size=max(cfg.eval.batch_size, 1) * 4)
         wall = time.perf_counter() - t0
         st = policy.stats
@@ -62,6 +63,7 @@ def measure(cfg, model_dir: str, benchmarks: list[str], reuse_kv: bool = True) -
         raw_tps = raw_tokens / raw_s if raw_s else 0.0
         rows.append({
             "benchmark": key, "score": round(summary["score"], 2), "episodes": len(records),
+            "max_turns": max_turns, "max_new_tokens": max_new_tokens,
             "turns": sum(r["turns"] for r in records), "prompt_tokens": st["prompt_tokens"],
             "encoded_tokens": st["encoded_tokens"], "reencoded_tokens": st["reencoded_tokens"],
             "reencoded_share": round(st["reencoded_tokens"] / max(1, st["encoded_tokens"]), 4),
@@ -99,8 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [b for b in benchmarks if b not in BENCHMARKS]
     if unknown:
         ap.error(f"unknown benchmark(s) {unknown}; known: {list(BENCHMARKS)}")
-    print(f"model {args.model_dir}, profile {args.profile}: eval.batch_size {cfg.eval.batch_size}, "
-          f"max_new_tokens {cfg.eval.max_new_tokens}, max_turns {cfg.eval.max_turns}")
+    print(f"model {args.model_dir}, profile {args.profile}: eval.batch_size {cfg.eval.batch_size}, limits per "
+          f"benchmark (max_turns, max_new_tokens): "
+          + ", ".join(f"{b} {cfg.eval.limits_for(b)}" for b in benchmarks))
     print(f"{'benchmark':<11} {'eps':>4} {'turns':>5} {'prompt_tok':>9} {'encoded':>9} {'re-enc':>8} {'pad_tok':>8} {'gen_tok':>7} "
           f"{'wall_s':>7} {'tok/s':>8} {'raw tok/s':>8} {'ratio':>6}")
     rows = measure(cfg, args.model_dir, benchmarks, reuse_kv=not args.no_reuse)
