@@ -7,7 +7,8 @@ episodes, assistant turns, prompt tokens (the length of every prompt, summed), t
 through the model once cached prefixes are reused), the share of encoded tokens that re-encode a prefix the same
 episode had already had (its previous prompt and what it generated), pad tokens, tokens generated and wall
 seconds. ``--no-reuse`` measures the harness re-encoding every prompt whole, as it did before per-episode KV
-caches (``acl_lib/eval/turns.py``).
+caches (``acl_lib/eval/turns.py``); each row's ``transcripts_sha256`` (a digest of every episode's messages) is
+the same in both modes when greedy results did not change.
 Then it replays every ``generate`` call of that benchmark as raw batched ``generate`` on the same model, with the
 same rows, prompt width and number of new tokens (random token ids; ``min_new_tokens`` makes every row generate
 them all), and gives both throughputs in generated tokens per second and their ratio. The table is printed; the
@@ -17,6 +18,7 @@ numbers go to ``--json`` (default ``outputs/benchmarks/throughput-<model name>.j
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -70,7 +72,11 @@ def measure(cfg, model_dir: str, benchmarks: list[str], reuse_kv: bool = True) -
             "pad_tokens": st["pad_tokens"], "generated_tokens": policy.generated_tokens,
             "generate_calls": len(st["calls"]), "wall_s": round(wall, 2), "generate_s": round(policy.generate_seconds, 2),
             "harness_tokens_per_s": round(harness_tps, 1), "raw_generate_tokens_per_s": round(raw_tps, 1),
+            "raw_generate_s": round(raw_s, 2), "raw_generated_tokens": raw_tokens,
             "ratio": round(harness_tps / raw_tps, 3) if raw_tps else None,
+            # one digest of every episode's messages: equal with and without --no-reuse when greedy results match
+            "transcripts_sha256": hashlib.sha256(json.dumps([r["messages"] for r in records], sort_keys=True)
+                                                 .encode()).hexdigest()[:16],
         })
         r = rows[-1]
         print(f"{key:<11} {r['episodes']:>4} {r['turns']:>5} {r['prompt_tokens']:>9} {r['encoded_tokens']:>9} "
@@ -95,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     from acl_lib.envs import BENCHMARKS
     from acl_lib.progress import hf_progress_bars
 
+    DESKS = ("retail", "telecom", "mock")  # the multi-turn desk worlds (environment names)
+
     hf_progress_bars(False)
     cfg = load_config(args.profile, args.overrides, seed=0)
     benchmarks = args.benchmarks or list(BENCHMARKS)
@@ -107,10 +115,23 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'benchmark':<11} {'eps':>4} {'turns':>5} {'prompt_tok':>9} {'encoded':>9} {'re-enc':>8} {'pad_tok':>8} {'gen_tok':>7} "
           f"{'wall_s':>7} {'tok/s':>8} {'raw tok/s':>8} {'ratio':>6}")
     rows = measure(cfg, args.model_dir, benchmarks, reuse_kv=not args.no_reuse)
-    total = {"wall_s": round(sum(r["wall_s"] for r in rows), 1),
-             "reencoded_share": round(sum(r["reencoded_tokens"] for r in rows)
-                                      / max(1, sum(r["encoded_tokens"] for r in rows)), 4)}
-    print(f"total wall {total['wall_s']} s; re-encoded share of all encoded tokens {100 * total['reencoded_share']:.1f}%")
+    desk = [r for r in rows if BENCHMARKS[r["benchmark"]].env in DESKS]
+
+    def share(rs):
+        return round(sum(r["reencoded_tokens"] for r in rs) / max(1, sum(r["encoded_tokens"] for r in rs)), 4)
+
+    harness = sum(r["generated_tokens"] for r in rows) / max(1e-9, sum(r["wall_s"] for r in rows))
+    raw = sum(r["raw_generated_tokens"] for r in rows) / max(1e-9, sum(r["raw_generate_s"] for r in rows))
+    total = {"wall_s": round(sum(r["wall_s"] for r in rows), 1), "reencoded_share": share(rows),
+             "desk_benchmarks": [r["benchmark"] for r in desk], "desk_reencoded_share": share(desk) if desk else None,
+             "harness_tokens_per_s": round(harness, 1), "raw_generate_tokens_per_s": round(raw, 1),
+             "ratio": round(harness / raw, 3) if raw else None}
+    print(f"total wall {total['wall_s']} s; re-encoded share of all encoded tokens {100 * total['reencoded_share']:.1f}%"
+          + (f", of the desks' ({', '.join(total['desk_benchmarks'])}) {100 * total['desk_reencoded_share']:.1f}%"
+             if desk else "")
+          + f"; harness {total['harness_tokens_per_s']} generated tokens/s against raw generate "
+            f"{total['raw_generate_tokens_per_s']} (ratio {total['ratio']})")
+    print("transcript digests: " + ", ".join(f"{r['benchmark']} {r['transcripts_sha256']}" for r in rows))
     name = Path(args.model_dir).name if Path(args.model_dir).name != "model" else Path(args.model_dir).parent.name
     out = Path(args.json or Path(cfg.output_dir) / "benchmarks"
                / f"throughput-{name}{'-no-reuse' if args.no_reuse else ''}.json")
