@@ -24,7 +24,8 @@ sharing across requests (block hashing, so turns of an episode reuse the blocks 
 sequence at its eos and lets waiting requests join, and gave the same greedy transcripts here. But on CPU its
 packed-batch attention attends every query over the keys of all requests in the batch (a dense mask), so a
 32-episode retail evaluation was no faster than plain ``generate`` re-encoding everything (97 s against 91 s,
-docs/mini-calibration.md). ``generate`` with per-row caches keeps attention per row; what it cannot do is drop a
+measured when this module was written). The benchmark of this path: ``benchmarks/throughput.py``; its numbers
+are in docs/mini-calibration.md. ``generate`` with per-row caches keeps attention per row; what it cannot do is drop a
 finished row from the running batch: a row that has written its eos rides along (its extra tokens are
 discarded) until the longest row of its chunk ends. Chunks are sorted by length, not by expected answer length,
 which no one knows in advance.
@@ -161,7 +162,7 @@ class TurnGenerator:
         device = self._device()
         input_ids, mask = input_ids.to(device), mask.to(device)
         # A static cache: written in place. A DynamicCache concatenates its tensors at every step, which cost more
-        # than the attention itself on long desk prompts (measured, docs/mini-calibration.md).
+        # than the attention itself on long desk prompts (measured when this module was written).
         cache = StaticCache(config=self.model.config, max_cache_len=C + S + max_new_tokens)
         if C:
             for layer in range(len(cache.layers)):
