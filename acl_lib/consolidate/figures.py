@@ -1,0 +1,184 @@
+"""What notebook 10 shows: the merges beside ``seq_final`` and the oracles, per benchmark, beside the study's rows,
+the validation search, and a reading computed from the scores.
+
+Rows are named as the study names them (``seq_final`` is the last stage of ``pipeline.curriculum``), so the
+study's ``main_table`` rows line up with ours by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from acl_lib.envs import BENCHMARKS, IN_DOMAIN
+
+OTHER_CONSOLIDATIONS = ("mmopd", "sdft")  # shown beside the merges when notebooks 08 / 09 have scored them
+
+
+def comparison_scores(cfg, merges: Sequence[str], oracles: bool = True) -> dict[str, dict[str, float]]:
+    """``{row: {benchmark: %}}``: ``seq_final``, each merge, any other consolidation already scored, and the
+    oracles; rows whose evaluation is missing are left out."""
+    from acl_lib import pipeline
+    from acl_lib.report import load_scores
+
+    final = pipeline.sequential_run(cfg, len(cfg.pipeline.curriculum)).name
+    names = [final, *merges, *OTHER_CONSOLIDATIONS]
+    if oracles:
+        names += [f"oracle_{d}" for d in cfg.pipeline.curriculum]
+    found = load_scores(cfg.seed_dir(), names)
+    return {("seq_final" if n == final else n): s for n, s in found.items()}
+
+
+def comparison_frame(scores: Mapping[str, Mapping[str, float]], study: Mapping[str, Mapping]):
+    """One row per checkpoint, two columns per benchmark (ours, the study's ``main_table``)."""
+    from acl_lib.report import scores_frame
+
+    return scores_frame(dict(scores), dict(study))
+
+
+def comparison_figure(scores: Mapping[str, Mapping[str, float]], study: Mapping[str, Mapping],
+                      benchmarks: Sequence[str] | None = None):
+    """One panel per benchmark: a bar per checkpoint (ours) and a diamond where the study reports that row."""
+    import plotly.graph_objects as go
+    from plotly.colors import qualitative
+    from plotly.subplots import make_subplots
+
+    benchmarks = list(benchmarks or BENCHMARKS)
+    rows_names = list(scores)
+    cols = 4
+    nrows = (len(benchmarks) + cols - 1) // cols
+    titles = [f"{b} ({BENCHMARKS[b].suite.replace('_', '-')})" for b in benchmarks]
+    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=titles, shared_yaxes=True)
+    palette = qualitative.Plotly + qualitative.D3
+    colors = {n: palette[i % len(palette)] for i, n in enumerate(rows_names)}
+    for i, b in enumerate(benchmarks):
+        r, c = i // cols + 1, i % cols + 1
+        for n in rows_names:
+            v = scores[n].get(b)
+            fig.add_trace(go.Bar(x=[n], y=[v], name=n, marker_color=colors[n], legendgroup=n, showlegend=i == 0,
+                                 hovertemplate=f"{n} · {b}: %{{y:.1f}}<extra>ours</extra>"), row=r, col=c)
+            theirs = (study.get(n) or {}).get(b)
+            if theirs is not None:
+                fig.add_trace(go.Scatter(x=[n], y=[theirs], mode="markers", legendgroup="study",
+                                         marker={"symbol": "diamond", "size": 10, "color": "black"},
+                                         name="study", showlegend=False,
+                                         hovertemplate=f"{n} · {b}: %{{y:.1f}}<extra>study</extra>"), row=r, col=c)
+        fig.update_xaxes(showticklabels=False, row=r, col=c)
+        fig.update_yaxes(range=[0, 105], row=r, col=c)
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="study (main table)",
+                             marker={"symbol": "diamond", "size": 10, "color": "black"}))
+    fig.update_layout(title="Merges beside seq_final and the oracles (score %, bars: ours, diamonds: the study)",
+                      height=260 * nrows + 80, barmode="group")
+    return fig
+
+
+def validation_frame(validation: Mapping, top: int = 8):
+    """The validation search: the ``top`` candidates by mean validation score, and the two chosen ones, with
+    each domain's validation score, the mean and the worst score relative to its oracle."""
+    import pandas as pd
+
+    chosen = validation["chosen"]
+    rows = []
+    ranked = sorted(validation["candidates"], key=lambda c: -c["mean"])
+    for c in ranked[:top]:
+        tags = [k for k, v in chosen.items() if v["weights"] == c["weights"]]
+        rows.append({"lambda": tuple(round(w, 3) for w in c["weights"]), **c["scores"], "mean": c["mean"],
+                     "worst / oracle": c["worst_relative"], "chosen as": ", ".join(tags)})
+    for key, c in chosen.items():
+        if not any(r["chosen as"] and key in r["chosen as"] for r in rows):
+            rows.append({"lambda": tuple(round(w, 3) for w in c["weights"]), **c["scores"], "mean": c["mean"],
+                         "worst / oracle": c["worst_relative"], "chosen as": key})
+    rows.append({"lambda": "oracle", **validation["oracle_scores"], "mean": None, "worst / oracle": 1.0,
+                 "chosen as": ""})
+    return pd.DataFrame(rows).set_index("lambda")
+
+
+def _fmt(v: float) -> str:
+    return f"{v:+.1f}"
+
+
+def merge_reading(scores: Mapping[str, Mapping[str, float]], merges: Sequence[str],
+                  study: Mapping[str, Mapping], validation: Mapping | None = None) -> str:
+    """Which domain each merge wins and loses against ``seq_final`` (in-domain benchmarks, then OOD), and the
+    study's F6 / F8 checked on these rows. Markdown; every number comes from ``scores``."""
+    if "seq_final" not in scores:
+        return "No `seq_final` evaluation yet: run notebooks 01-04 first."
+    final = scores["seq_final"]
+    lines = []
+    domains = list(IN_DOMAIN)
+    wins_all = []
+    for m in merges:
+        if m not in scores:
+            lines.append(f"- `{m}`: not evaluated.")
+            continue
+        s = scores[m]
+        diffs = {d: s[IN_DOMAIN[d]] - final[IN_DOMAIN[d]] for d in domains
+                 if IN_DOMAIN[d] in s and IN_DOMAIN[d] in final}
+        if not diffs:
+            continue
+        best, worst = max(diffs, key=diffs.get), min(diffs, key=diffs.get)
+        won = [d for d, v in diffs.items() if v > 0]
+        lost = [d for d, v in diffs.items() if v < 0]
+        ood = {b: s[b] - final[b] for b in s if BENCHMARKS[b].suite == "ood" and b in final}
+        parts = []
+        parts.append(f"wins {', '.join(f'{d} ({IN_DOMAIN[d]} {_fmt(diffs[d])})' for d in won)}" if won
+                     else "wins no domain")
+        parts.append(f"loses {', '.join(f'{d} ({IN_DOMAIN[d]} {_fmt(diffs[d])})' for d in lost)}" if lost
+                     else "loses none")
+        text = f"- `{m}` against `seq_final`: {'; '.join(parts)}"
+        if best != worst and diffs[best] > 0 and diffs[worst] < 0:
+            text += f" (largest gain {best}, largest loss {worst})"
+        if ood:
+            up = sum(v > 0 for v in ood.values())
+            down = sum(v < 0 for v in ood.values())
+            text += f"; out of domain {up} of {len(ood)} benchmarks up, {down} down"
+        lines.append(text + ".")
+        if len(diffs) == len(domains) and all(v >= 0 for v in diffs.values()) and any(v > 0 for v in diffs.values()):
+            wins_all.append(m)
+    ours_uniform, theirs_uniform = scores.get("merge_uniform"), study.get("merge_uniform") or {}
+    if ours_uniform:
+        cmp = ", ".join(f"{b} {ours_uniform[b]:.1f} (study {theirs_uniform[b]:.1f})" for b in theirs_uniform
+                        if b in ours_uniform)
+        lines.append(f"\nThe uniform merge, ours beside the study's: {cmp}.")
+    present = [m for m in merges if m in scores]
+    if present:
+        lines.append(
+            f"\n**F6** (no shared-weight consolidation wins every domain): "
+            + ("holds among these merges: none is at or above `seq_final` on all four in-domain benchmarks."
+               if not wins_all else f"does not hold here: {', '.join(f'`{m}`' for m in wins_all)} is at or above "
+                                    "`seq_final` on all four in-domain benchmarks.")
+        )
+        agentic = [IN_DOMAIN["search"], IN_DOMAIN["ecom"]]
+        consolidators = [m for m in present if m != "merge_oracles"] + [c for c in OTHER_CONSOLIDATIONS if c in scores]
+        if "merge_uniform" in consolidators and len(consolidators) > 1:
+            mean = {m: sum(scores[m].get(b, 0.0) for b in agentic) / len(agentic) for m in consolidators}
+            weakest = min(mean, key=mean.get)
+            lowest = [m for m in consolidators if mean[m] == mean[weakest]]
+            verdict = ("holds here" if "merge_uniform" in lowest and len(lowest) == 1 else
+                       "ties here" if "merge_uniform" in lowest else f"does not hold here (`{weakest}` is weaker)")
+            lines.append(
+                f"**F8** (uniform merging is the weakest consolidator on the agentic domains, mean of "
+                f"{' and '.join(agentic)}): {verdict}; {', '.join(f'`{m}` {v:.1f}' for m, v in mean.items())}."
+                + ("" if any(c in scores for c in OTHER_CONSOLIDATIONS) else
+                   " Compared among the merges only: MMOPD and SDFT (notebooks 08, 09) are not scored in this run store.")
+            )
+    if validation is not None:
+        ch = validation["chosen"]
+        lines.append(
+            f"\nCoefficients chosen on {validation['n_tasks']} validation tasks per domain (the `{validation['split']}` "
+            f"split, seed {validation['validation_seed']}; never the test tasks above): grid-searched "
+            f"lambda = {tuple(round(w, 3) for w in ch['grid']['weights'])} (validation mean {ch['grid']['mean']:.1f}), "
+            f"capability-balanced lambda = {tuple(round(w, 3) for w in ch['balanced']['weights'])} (worst domain at "
+            + (f"{ch['balanced']['worst_relative']:.2f} of its oracle)." if ch['balanced']['worst_relative'] is not None
+               else "no oracle above 0 on validation, so chosen by the mean).")
+        )
+    return "\n".join(lines)
+
+
+def specs_frame(specs):
+    """The merges run: method, checkpoints merged, coefficients, density (TIES / DARE)."""
+    import pandas as pd
+
+    return pd.DataFrame([{"merge": s.name, "method": s.method, "sources": ", ".join(s.sources),
+                          "lambda": tuple(round(w, 3) for w in s.weights),
+                          "density": s.density if s.method != "task_arithmetic" else None} for s in specs]
+                        ).set_index("merge")

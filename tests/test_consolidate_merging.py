@@ -1,0 +1,222 @@
+"""Weight merging (notebook 10): exact task arithmetic, TIES / DARE against a direct computation, the streamed
+safetensors writer, and a coefficient search that chooses on validation tasks and never reads the test split."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from acl_lib.consolidate import merging
+from acl_lib.consolidate.merging import MergeSpec, merge_checkpoints, merge_tensor
+
+
+def _checkpoint(path, tensors, extra_files=True):
+    path.mkdir(parents=True)
+    save_file(tensors, str(path / "model.safetensors"))
+    if extra_files:
+        (path / "config.json").write_text(json.dumps({"model_type": "qwen3", "from": path.name}))
+        (path / "training_args.bin").write_bytes(b"not copied")
+    return path
+
+
+def _random(seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return {"a.weight": torch.randn(7, 5, generator=g).to(dtype), "b.norm.weight": torch.randn(11, generator=g).to(dtype),
+            "c.scalar": torch.randn(1, generator=g).to(dtype) * 1e-6}
+
+
+@pytest.fixture
+def store(tmp_path):
+    base = _checkpoint(tmp_path / "base", _random(0))
+    seqs = [_checkpoint(tmp_path / f"seq{k}", _random(k + 1)) for k in range(4)]
+    return base, seqs
+
+
+def _bytes(tensors):
+    return {k: v.contiguous().view(torch.uint8).numpy().tobytes() for k, v in tensors.items()}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_zero_lambda_is_the_base_and_one_hot_is_that_checkpoint_bit_for_bit(tmp_path, dtype):
+    base = _checkpoint(tmp_path / "base", _random(0, dtype))
+    seqs = [_checkpoint(tmp_path / f"seq{k}", _random(k + 1, dtype)) for k in range(4)]
+    out = merge_checkpoints(base, seqs, [0.0] * 4, tmp_path / "zero")
+    assert out["tensors"] == 3 and out["parameters"] == 35 + 11 + 1
+    assert _bytes(load_file(str(tmp_path / "zero" / "model.safetensors"))) == _bytes(load_file(str(base / "model.safetensors")))
+    for k in range(4):
+        lam = [0.0] * 4
+        lam[k] = 1.0
+        merge_checkpoints(base, seqs, lam, tmp_path / f"hot{k}")
+        merged = load_file(str(tmp_path / f"hot{k}" / "model.safetensors"))
+        assert _bytes(merged) == _bytes(load_file(str(seqs[k] / "model.safetensors"))), k
+        assert all(v.dtype == dtype for v in merged.values())
+    # the non-weight files come from the last source; the stage's trainer arguments do not
+    assert json.loads((tmp_path / "hot0" / "config.json").read_text())["from"] == "seq3"
+    assert not (tmp_path / "hot0" / "training_args.bin").exists()
+
+
+def test_task_arithmetic_matches_the_formula(store, tmp_path):
+    base, seqs = store
+    lam = [0.25, 0.5, -0.3, 1.5]
+    merge_checkpoints(base, seqs, lam, tmp_path / "m")
+    merged = load_file(str(tmp_path / "m" / "model.safetensors"))
+    t0 = load_file(str(base / "model.safetensors"))
+    ts = [load_file(str(s / "model.safetensors")) for s in seqs]
+    for name, v in merged.items():
+        want = t0[name].double() + sum(w * (t[name].double() - t0[name].double()) for w, t in zip(lam, ts))
+        assert torch.equal(v, want.float()), name
+    uniform = merge_tensor(t0["a.weight"], [t["a.weight"] for t in ts], merging.uniform_weights(4))
+    assert torch.allclose(uniform, torch.stack([t["a.weight"] for t in ts]).mean(0), atol=1e-6)
+
+
+def test_ties_against_a_direct_computation():
+    base = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    d1 = torch.tensor([0.9, -0.1, 0.3, 0.0, -0.5, 0.05])
+    d2 = torch.tensor([-0.2, -0.8, 0.4, 0.6, 0.1, -0.02])
+    d3 = torch.tensor([0.5, 0.2, -0.7, -0.1, -0.4, 0.01])
+    tasks = [base + d for d in (d1, d2, d3)]
+    lam, density = [1.0, 0.5, 2.0], 0.5
+    got = merge_tensor(base, tasks, lam, "ties", density)
+    # by hand: keep the top 3 of 6 |d| per task, elect the sign of the summed kept values, average the agreeing
+    deltas = [(t.double() - base.double()) for t in tasks]
+    kept = []
+    for d in deltas:
+        top = d.abs().argsort(descending=True)[:3]
+        m = torch.zeros_like(d)
+        m[top] = 1
+        kept.append(d * m)
+    kept = torch.stack(kept)
+    sign = torch.where(kept.sum(0) >= 0, 1.0, -1.0)
+    agree = (kept.sign() == sign).double()
+    weighted = kept * torch.tensor(lam, dtype=torch.float64)[:, None]
+    want = base.double() + (weighted * agree).sum(0) / agree.sum(0).clamp(min=1)
+    assert torch.allclose(got.double(), want.float().double(), atol=0)
+    # position 0: kept 0.9 (+), -0.2 (-), 0.5 (+) -> sign +, mean of 0.9*1 and 0.5*2
+    assert got[0].item() == pytest.approx(1.0 + (0.9 + 1.0) / 2, abs=1e-6)
+
+
+def test_dare_against_a_direct_computation():
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(50, generator=g)
+    tasks = [base + torch.randn(50, generator=g) for _ in range(3)]
+    lam, density, seed = [0.2, 0.3, 0.5], 0.3, 1234
+    state = torch.random.get_rng_state()
+    got = merge_tensor(base, tasks, lam, "dare", density, seed=seed)
+    assert torch.equal(torch.random.get_rng_state(), state), "the caller's RNG state is kept"
+    torch.manual_seed(seed)
+    want = base.double().clone()
+    for w, t in zip(lam, tasks):
+        d = t.double() - base.double()
+        mask = torch.bernoulli(torch.full_like(d, density))
+        want += w * d * mask / density
+    assert torch.allclose(got, want.float(), atol=1e-6)
+    dropped = sum(int((merge_tensor(base, [t], [1.0], "dare", density, seed=seed) == base).sum()) for t in tasks)
+    assert 0.5 * 150 < dropped < 0.9 * 150  # about 1 - density of each task vector dropped
+    assert torch.equal(got, merge_tensor(base, tasks, lam, "dare", density, seed=seed))
+    assert not torch.equal(got, merge_tensor(base, tasks, lam, "dare", density, seed=seed + 1))
+
+
+def test_dare_and_ties_at_density_one(store, tmp_path):
+    """DARE keeping everything is task arithmetic; TIES keeping everything still elects signs."""
+    base, seqs = store
+    merge_checkpoints(base, seqs, [0.25] * 4, tmp_path / "ta")
+    merge_checkpoints(base, seqs, [0.25] * 4, tmp_path / "dare", method="dare", density=1.0)
+    a, b = load_file(str(tmp_path / "ta" / "model.safetensors")), load_file(str(tmp_path / "dare" / "model.safetensors"))
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_mismatched_checkpoint_is_named(tmp_path):
+    base = _checkpoint(tmp_path / "base", _random(0))
+    bad = _random(1)
+    bad["a.weight"] = torch.zeros(3, 3)
+    other = _checkpoint(tmp_path / "seq_bad", bad)
+    with pytest.raises(ValueError, match="seq_bad.*another shape.*a.weight"):
+        merge_checkpoints(base, [other], [1.0], tmp_path / "m")
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        merge_checkpoints(base, [tmp_path / "nowhere"], [1.0], tmp_path / "m2")
+
+
+def test_spec_validation():
+    with pytest.raises(ValueError, match="unknown method"):
+        MergeSpec("m", ("a",), (1.0,), method="slerp")
+    with pytest.raises(ValueError, match="2 coefficients for 1"):
+        MergeSpec("m", ("a",), (1.0, 2.0))
+    with pytest.raises(ValueError, match="density"):
+        MergeSpec("m", ("a",), (1.0,), method="ties", density=0.0)
+    assert len(merging.candidate_grid([0.25, 0.5], 4)) == 16
+    assert (0.0, 0.0) not in merging.candidate_grid([0.0, 1.0], 2)
+
+
+def test_search_chooses_by_validation_scores(tmp_path):
+    """Base w = 0 and checkpoint k holds the unit vector e_k, so a candidate's merged w is its lambda; the fake
+    validation scorer reads the merged weights. The grid choice maximises the mean, the balanced one the worst
+    domain relative to its oracle."""
+    doms = ["math", "search", "ecom", "if"]
+    base = _checkpoint(tmp_path / "base", {"w": torch.zeros(4)})
+    seqs = [_checkpoint(tmp_path / f"seq{k}", {"w": torch.eye(4)[k].contiguous()}) for k in range(4)]
+    seen = []
+
+    def scorer(model):
+        w = load_file(str(tmp_path / "search" / "candidate" / "model.safetensors"))["w"]
+        assert model == str(tmp_path / "search" / "candidate")
+        seen.append(w.tolist())
+        # math loves its own checkpoint at any cost to the others; IF is hurt by math
+        return {"math": 80 * w[0].item(), "search": 20 * w[1].item(), "ecom": 10.0, "if": 40 * (1 - w[0].item() / 2)}
+
+    candidates = merging.candidate_grid([0.0, 0.5, 1.0], 4)
+    (tmp_path / "search").mkdir()
+    scored = merging.search_weights(base, seqs, candidates, scorer, tmp_path / "search")
+    assert seen == [list(c) for c in candidates] and not (tmp_path / "search" / "candidate").exists()
+    chosen = merging.choose(scored, {"math": 80.0, "search": 20.0, "ecom": 10.0, "if": 40.0})
+    assert chosen["grid"]["weights"][:2] == [1.0, 1.0]  # mean: 80 + 20 + 10 + 20 = 130 / 4 beats anything else
+    assert chosen["grid"]["mean"] == max(c["mean"] for c in scored)
+    # balanced: the worst of the relative scores (w0, w1, 1, 1 - w0 / 2), maximised; the mean breaks ties
+    best = max(min(c["weights"][0], c["weights"][1], 1.0, 1 - c["weights"][0] / 2) for c in scored)
+    assert chosen["balanced"]["worst_relative"] == pytest.approx(best)
+    # a domain whose oracle scores 0 on validation has nothing to recover and is left out
+    assert merging.relative_scores({"math": 5.0, "if": 3.0}, {"math": 0.0, "if": 6.0}) == {"if": 0.5}
+
+
+def test_validation_scores_read_training_tasks_only(smoke_cfg, monkeypatch):
+    """Every task the validation scorer draws comes from the training split with the validation seed; none of
+    the ids is one of the test tasks the tables report."""
+    from acl_lib.eval.harness import benchmark_size, world
+    from acl_lib.envs import BENCHMARKS, IN_DOMAIN
+    import acl_lib.eval.harness as harness
+
+    calls = []
+    real_world = harness.world
+
+    def recording_world(cfg, name):
+        env = real_world(cfg, name)
+        real_tasks = env.tasks
+
+        def tasks(split, n, seed=0):
+            calls.append((name, split, seed))
+            return real_tasks(split, n, seed=seed)
+
+        env.tasks = tasks
+        return env
+
+    monkeypatch.setattr(harness, "world", recording_world)
+    ids: dict = {}
+    scores = merging.validation_scores(smoke_cfg, "expert", ["math", "search", "ecom", "if"], 3, ids)
+    assert scores == {"math": 100.0, "search": 100.0, "ecom": 100.0, "if": 100.0}  # the scripted expert
+    assert calls and all(split == "train" and seed == merging.validation_seed(smoke_cfg) for _, split, seed in calls)
+    monkeypatch.setattr(harness, "world", real_world)
+    for d, got in ids.items():
+        bench = BENCHMARKS[IN_DOMAIN[d]]
+        test = world(smoke_cfg, bench.env).tasks(bench.split, benchmark_size(smoke_cfg, bench), seed=smoke_cfg.worlds.seed)
+        assert len(got) == 3 and not set(got) & {t.id for t in test}, d
+
+
+def test_missing_checkpoint_is_named(smoke_cfg):
+    spec = merging.merge_specs(smoke_cfg)[0]
+    assert spec.name == "merge_uniform" and spec.weights == (0.25,) * 4
+    with pytest.raises(RuntimeError, match=r"missing base .*notebook 00.*seq_math .*01-04"):
+        merging.run_merge(smoke_cfg, spec)
+    with pytest.raises(RuntimeError, match="oracle_math.*05_oracles"):
+        merging.run_validation_search(smoke_cfg, spec.sources, [0.5], 2)
