@@ -62,3 +62,14 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(old)
     else:
         os.rename(tmp, final)
+
+
+def file_sha256(path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

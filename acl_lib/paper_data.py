@@ -35,7 +35,6 @@ from __future__ import annotations
 import ast
 import csv
 import gzip
-import hashlib
 import json
 import shutil
 import tomllib
@@ -43,6 +42,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from acl_lib.atomic import file_sha256
 
 MANIFEST = "MANIFEST.json"
 DOWNLOADS = ".downloads"
@@ -586,12 +587,7 @@ DATASETS: list[Dataset] = [
 # --- manifest, prepare, check -------------------------------------------------------------------------------------
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+sha256 = file_sha256  # one implementation, in acl_lib.atomic
 
 
 def write_manifest(data_dir: str | Path, notes: dict[str, dict] | None = None) -> Path:

@@ -14,10 +14,11 @@ context-copy gain, sha256 of the weights) and ``MODEL_CARD.md`` (the same for pe
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
+
+from acl_lib.atomic import file_sha256
 
 CARD = "card.json"
 CARD_MD = "MODEL_CARD.md"
@@ -34,12 +35,7 @@ def shipped_dir(cfg) -> Path:
     return Path(__file__).resolve().parents[2] / p
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+sha256 = file_sha256  # one implementation, in acl_lib.atomic
 
 
 def read_card(cfg) -> dict:
