@@ -343,10 +343,12 @@ def validation_tasks(cfg, domain: str, n: int, envs: dict | None = None) -> list
     return envs[bench.env].tasks(VALIDATION_SPLIT, n, seed=validation_seed(cfg))
 
 
-def validation_scores(cfg, model: str, domains: Sequence[str], n_tasks: int, record: dict | None = None) -> dict:
+def validation_scores(cfg, model: str, domains: Sequence[str], n_tasks: int, record: dict | None = None,
+                      envs: dict | None = None) -> dict:
     """Score ``model`` (a checkpoint directory, or ``expert`` / ``null``) on ``n_tasks`` validation tasks of
     each domain's in-domain benchmark, greedy or with the profile's sampling settings, one sample per task.
-    Returns ``{domain: percent}``; ``record`` (if given) receives the task ids scored per domain."""
+    Returns ``{domain: percent}``; ``record`` (if given) receives the task ids scored per domain; ``envs``: a
+    dict that keeps the worlds built between calls (a search scores many candidates on the same worlds)."""
     from acl_lib.eval.harness import evaluate_benchmark, make_policy
     from acl_lib.seeding import seed_and_threads
 
@@ -355,7 +357,7 @@ def validation_scores(cfg, model: str, domains: Sequence[str], n_tasks: int, rec
     if model not in ("expert", "null"):
         seed_and_threads(cfg.seed, cfg.torch_threads)
     policy = make_policy(str(model), cfg)
-    envs: dict = {}
+    envs = {} if envs is None else envs
     scores = {}
     try:
         for d in domains:
@@ -457,17 +459,26 @@ def run_validation_search(cfg, sources: Sequence[str], grid: Sequence[float], n_
     candidates = candidate_grid(grid, len(sources))
 
     def fn(run) -> None:
-        from acl_lib.diagnostics.weights import resolve_model_dir
+        from acl_lib.diagnostics.weights import _progress, resolve_model_dir
 
         task_ids: dict = {}
-        oracle = {d: validation_scores(cfg, str(m), [d], n_tasks, task_ids)[d] for d, m in oracle_dirs.items()}
+        envs: dict = {}
+        oracle = {}
+        with _progress(True, len(oracle_dirs), "validation: oracles", "oracle") as bar:
+            for d, m in oracle_dirs.items():
+                oracle[d] = validation_scores(cfg, str(m), [d], n_tasks, task_ids, envs)[d]
+                bar.update(1, **{d: round(oracle[d], 1)})
+        # A domain whose own oracle scores 0 on validation has nothing a merge could recover (at the mini profile,
+        # the retail desk): the candidates are not scored there, which spares its long multi-turn episodes.
+        scored_domains = [d for d in domains if oracle[d] > 0] or domains
         scored = search_weights(resolve_model_dir(base_dir), source_dirs, candidates,
-                                lambda m: validation_scores(cfg, m, domains, n_tasks), run.path, progress=True)
+                                lambda m: validation_scores(cfg, m, scored_domains, n_tasks, envs=envs),
+                                run.path, progress=True)
         chosen = choose(scored, oracle)
         run.write_json("validation.json", {
             "split": VALIDATION_SPLIT, "validation_seed": validation_seed(cfg), "n_tasks": n_tasks,
             "task_ids": task_ids, "sources": list(sources), "grid": [float(g) for g in grid],
-            "oracle_scores": oracle, "candidates": scored,
+            "scored_domains": scored_domains, "oracle_scores": oracle, "candidates": scored,
             "chosen": {k: {"weights": c["weights"], "scores": c["scores"], "mean": c["mean"],
                            "worst_relative": c["worst_relative"]} for k, c in chosen.items()},
         })
