@@ -220,3 +220,23 @@ def test_missing_checkpoint_is_named(smoke_cfg):
         merging.run_merge(smoke_cfg, spec)
     with pytest.raises(RuntimeError, match="oracle_math.*05_oracles"):
         merging.run_validation_search(smoke_cfg, spec.sources, [0.5], 2)
+
+
+def test_reading_says_what_each_merge_wins_and_loses():
+    from acl_lib.consolidate import figures
+
+    final = {"aime26": 10.0, "nq": 30.0, "retail": 20.0, "ifeval": 80.0, "gpqa": 40.0}
+    scores = {"seq_final": final,
+              "merge_uniform": {"aime26": 15.0, "nq": 40.0, "retail": 5.0, "ifeval": 70.0, "gpqa": 45.0},
+              "merge_ties": {"aime26": 12.0, "nq": 30.0, "retail": 25.0, "ifeval": 80.0, "gpqa": 30.0}}
+    text = figures.merge_reading(scores, ["merge_uniform", "merge_ties"], {"merge_uniform": {"aime26": 14.79}})
+    assert "`merge_uniform` against `seq_final`: wins math (aime26 +5.0), search (nq +10.0); loses ecom (retail -15.0), if (ifeval -10.0)" in text
+    assert "largest gain search, largest loss ecom" in text
+    assert "`merge_ties` against `seq_final`: wins math (aime26 +2.0), ecom (retail +5.0); loses none" in text
+    assert "aime26 15.0 (study 14.8)" in text
+    assert "does not hold here: `merge_ties`" in text  # at or above seq_final on all four
+    assert "**F8**" in text and "holds here" in text  # uniform: (40 + 5) / 2 < ties (30 + 25) / 2
+    frame = figures.comparison_frame(scores, {"merge_uniform": {"aime26": 14.79}})
+    assert frame.loc["merge_uniform", ("aime26", "study")] == 14.79
+    fig = figures.comparison_figure(scores, {"merge_uniform": {"aime26": 14.79}})
+    assert len(fig.layout.annotations) == 11  # one panel per benchmark

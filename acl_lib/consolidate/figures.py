@@ -81,15 +81,20 @@ def validation_frame(validation: Mapping, top: int = 8):
     ranked = sorted(validation["candidates"], key=lambda c: -c["mean"])
     for c in ranked[:top]:
         tags = [k for k, v in chosen.items() if v["weights"] == c["weights"]]
-        rows.append({"lambda": tuple(round(w, 3) for w in c["weights"]), **c["scores"], "mean": c["mean"],
+        rows.append({"lambda": _lam(c["weights"]), **c["scores"], "mean": c["mean"],
                      "worst / oracle": c["worst_relative"], "chosen as": ", ".join(tags)})
     for key, c in chosen.items():
         if not any(r["chosen as"] and key in r["chosen as"] for r in rows):
-            rows.append({"lambda": tuple(round(w, 3) for w in c["weights"]), **c["scores"], "mean": c["mean"],
+            rows.append({"lambda": _lam(c["weights"]), **c["scores"], "mean": c["mean"],
                          "worst / oracle": c["worst_relative"], "chosen as": key})
     rows.append({"lambda": "oracle", **validation["oracle_scores"], "mean": None, "worst / oracle": 1.0,
                  "chosen as": ""})
     return pd.DataFrame(rows).set_index("lambda")
+
+
+def _lam(weights) -> str:
+    """Coefficients as text (pandas would round a tuple of floats to the display precision)."""
+    return ", ".join(f"{w:g}" for w in weights)
 
 
 def _fmt(v: float) -> str:
@@ -166,10 +171,11 @@ def merge_reading(scores: Mapping[str, Mapping[str, float]], merges: Sequence[st
         lines.append(
             f"\nCoefficients chosen on {validation['n_tasks']} validation tasks per domain (the `{validation['split']}` "
             f"split, seed {validation['validation_seed']}; never the test tasks above): grid-searched "
-            f"lambda = {tuple(round(w, 3) for w in ch['grid']['weights'])} (validation mean {ch['grid']['mean']:.1f}), "
-            f"capability-balanced lambda = {tuple(round(w, 3) for w in ch['balanced']['weights'])} (worst domain at "
-            + (f"{ch['balanced']['worst_relative']:.2f} of its oracle)." if ch['balanced']['worst_relative'] is not None
-               else "no oracle above 0 on validation, so chosen by the mean).")
+            f"lambda = ({_lam(ch['grid']['weights'])}) (validation mean {ch['grid']['mean']:.1f}), "
+            f"capability-balanced lambda = ({_lam(ch['balanced']['weights'])}) "
+            + (f"(worst domain at {ch['balanced']['worst_relative']:.2f} of its oracle)."
+               if ch['balanced']['worst_relative'] is not None
+               else "(no oracle scores above 0 on validation, so it is chosen by the mean as well).")
         )
     return "\n".join(lines)
 
@@ -179,6 +185,6 @@ def specs_frame(specs):
     import pandas as pd
 
     return pd.DataFrame([{"merge": s.name, "method": s.method, "sources": ", ".join(s.sources),
-                          "lambda": tuple(round(w, 3) for w in s.weights),
+                          "lambda": _lam(s.weights),
                           "density": s.density if s.method != "task_arithmetic" else None} for s in specs]
                         ).set_index("merge")
