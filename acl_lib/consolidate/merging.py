@@ -188,20 +188,6 @@ def _tensor_layout(model_dir) -> dict[str, tuple[Path, str, list[int]]]:
     return out
 
 
-class _Handles:
-    """One open safetensors handle per file of one checkpoint (a shard at a time)."""
-
-    def __init__(self):
-        self.path, self.handle = None, None
-
-    def get(self, file: Path, name: str):
-        from safetensors import safe_open
-
-        if file != self.path:
-            self.handle, self.path = safe_open(str(file), "pt"), file
-        return self.handle.get_tensor(name)
-
-
 def merge_checkpoints(base_dir, source_dirs: Sequence, weights: Sequence[float], out_dir,
                       method: str = "task_arithmetic", density: float = 1.0, seed: int = 0,
                       progress: bool = False) -> dict:
@@ -209,7 +195,7 @@ def merge_checkpoints(base_dir, source_dirs: Sequence, weights: Sequence[float],
     ``model.safetensors`` written tensor by tensor, plus the non-weight files (config, tokenizer, chat template)
     of the last source, a checkpoint this suite trained. Every source must hold the base's tensors with the base's
     shapes: a mismatch raises ``ValueError`` naming the checkpoint and the tensors. Returns a summary."""
-    from acl_lib.diagnostics.weights import _progress
+    from acl_lib.diagnostics.weights import _progress, _Readers
 
     t0 = time.perf_counter()
     if len(source_dirs) != len(weights):
@@ -226,12 +212,12 @@ def merge_checkpoints(base_dir, source_dirs: Sequence, weights: Sequence[float],
     out.mkdir(parents=True, exist_ok=True)
     names = sorted(base)
     entries = [(n, base[n][1], base[n][2]) for n in names]
-    handles = [_Handles() for _ in range(len(sources) + 1)]
+    readers = [_Readers({n: layout[n][0] for n in layout}) for layout in (base, *sources)]
 
     with _progress(progress, len(names), "merge", "tensor") as bar:
         def produce(name):
-            theta0 = handles[0].get(base[name][0], name)
-            thetas = [h.get(layout[name][0], name) for h, layout in zip(handles[1:], sources)]
+            theta0 = readers[0].tensor(name)
+            thetas = [r.tensor(name) for r in readers[1:]]
             merged = merge_tensor(theta0, thetas, weights, method, density, seed=tensor_seed(seed, name))
             bar.update(1)
             return merged

@@ -96,19 +96,26 @@ def safetensors_index(model_dir: str | Path) -> dict[str, Path]:
 
 
 class _Readers:
-    """Open safetensors handles of one checkpoint, opened on first use (a shard at a time stays open)."""
+    """Open safetensors handles of one checkpoint, opened on first use (a shard at a time stays open); also the
+    merger's reader (``acl_lib.consolidate.merging``)."""
 
     def __init__(self, index: dict[str, Path]):
         self.index, self.open = index, {}
 
-    def slice(self, name: str):
+    def _handle(self, name: str):
         from safetensors import safe_open
 
         path = self.index[name]
         if path not in self.open:
             self.open.clear()  # one open shard per checkpoint
             self.open[path] = safe_open(str(path), "pt")
-        return self.open[path].get_slice(name)
+        return self.open[path]
+
+    def slice(self, name: str):
+        return self._handle(name).get_slice(name)
+
+    def tensor(self, name: str):
+        return self._handle(name).get_tensor(name)
 
 
 class _NoProgress:

@@ -275,8 +275,8 @@ def simulator_for(cfg: UserSimConfig) -> Chat:
     """The simulating model of ``cfg``, built once per process (a local model is loaded once and shared)."""
     if cfg.backend == "none":
         raise ConfigError(
-            "this task has no structured user scenario: a real tau2 task needs the LLM user simulator. Set "
-            "worlds.user_sim.backend (hf, vllm or openai) and worlds.user_sim.model (and, for openai, "
+            "an episode without a structured user scenario (a real tau2 retail or mock episode) needs the LLM "
+            "user simulator. Set worlds.user_sim.backend (hf, vllm or openai) and worlds.user_sim.model (and, for openai, "
             "worlds.user_sim.url and api_key_env); see acl_lib/envs/llm_user.py")
     key = json.dumps(cfg.model_dump(mode="json", exclude={"max_turns"}), sort_keys=True)  # max_turns: per episode
     if key not in _SIMULATORS:
