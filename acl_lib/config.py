@@ -193,6 +193,10 @@ class WorldsConfig(_Section):
     # Fewer kinds make shorter, easier episodes; the 16 tools, the tau2 schema and the reward stay the same.
     retail_kinds: list[str] = Field(default_factory=lambda: list(RETAIL_KINDS))
     retail_auth: Literal["any", "email"] = "any"
+    # Mini retail world: how many customers the store has (a range; the world seed draws the number). Train and
+    # test tasks concern disjoint customers (75% / 25%); a larger store gives the training tasks more distinct
+    # customers, so that a cold start cannot pass them by memorising e-mails and ids and has to copy them.
+    retail_users: tuple[int, int] = (40, 80)
     # Who plays the customer of the real tau2 tasks (paper profile); see UserSimConfig.
     user_sim: UserSimConfig = Field(default_factory=UserSimConfig)
 
@@ -203,6 +207,8 @@ class WorldsConfig(_Section):
         out = handler(self)
         if isinstance(out, dict) and self.user_sim == UserSimConfig():
             out.pop("user_sim", None)
+        if isinstance(out, dict) and tuple(self.retail_users) == (40, 80):  # same rule, same reason
+            out.pop("retail_users", None)
         return out
 
     @field_validator("retail_kinds")
@@ -211,6 +217,13 @@ class WorldsConfig(_Section):
         unknown = [k for k in v if k not in RETAIL_KINDS]
         if unknown or not v:
             raise ValueError(f"retail_kinds must be a non-empty subset of {list(RETAIL_KINDS)}, got {v}")
+        return v
+
+    @field_validator("retail_users")
+    @classmethod
+    def _check_retail_users(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if not 4 <= v[0] <= v[1]:
+            raise ValueError(f"retail_users must be [low, high] with 4 <= low <= high, got {list(v)}")
         return v
 
     @field_validator("math_max_operand")
@@ -342,6 +355,59 @@ class PipelineConfig(_Section):
         return v
 
 
+def _check_mixture(v: dict[str, float]) -> dict[str, float]:
+    bad = [d for d in v if d not in DOMAINS]
+    if bad:
+        raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+    if any(w < 0 for w in v.values()) or not sum(v.values()) > 0:
+        raise ValueError(f"mixture weights must be >= 0 with a positive sum, got {v}")
+    return v
+
+
+class MMOPDConfig(_Section):
+    """Multi-teacher mixed on-policy distillation (notebook 08, ``acl_lib.consolidate.mmopd``)."""
+
+    # Share of each domain's training prompts in the student's prompt mixture (normalised; 0 leaves a domain out).
+    mixture: dict[str, float] = Field(default_factory=lambda: {d: 1.0 for d in DOMAINS})
+    n_prompts: int = Field(64, ge=1)  # prompts drawn for the whole run, split over domains by ``mixture``
+    max_steps: int = Field(5, ge=0)
+    batch_size: int = Field(8, ge=1)  # on-policy rollouts per optimizer step
+    learning_rate: float = Field(5e-5, gt=0)
+    temperature: float = Field(1.0, gt=0)  # the student's sampling temperature for its rollouts
+    # The "mixed" KL: reverse KL (student -> teacher) at every policy token, plus ``forward_weight`` x forward KL
+    # over the teacher's ``top_q`` tokens where the teacher's entropy exceeds ``alpha`` nats. alpha = null (YAML;
+    # infinity: no position qualifies) is plain reverse-KL on-policy distillation.
+    alpha: float | None = Field(1.0, ge=0)
+    top_q: int = Field(16, ge=1)
+    forward_weight: float = Field(1.0, ge=0)
+    # Where the frozen teachers live: "resident" (all on the training device) or "offload" (on the CPU, each moved
+    # to the device for the micro-batch routed to it and back; what four 8B teachers beside an 8B student need).
+    teacher_placement: Literal["resident", "offload"] = "resident"
+
+    _mixture = field_validator("mixture")(classmethod(lambda cls, v: _check_mixture(v)))
+
+
+class SDFTConfig(_Section):
+    """Self-distilled fine-tuning (notebook 09, ``acl_lib.consolidate.sdft``)."""
+
+    n_prompts: int = Field(32, ge=1)  # training prompts per domain each oracle samples on
+    group_size: int = Field(8, ge=1)  # rollouts per prompt (the study: 8)
+    temperature: float = Field(1.0, gt=0)
+    # Near-duplicate filter: two kept trajectories of a domain whose assistant texts share more than this
+    # Jaccard similarity of word n-grams (``dedup_ngram``) count as one.
+    dedup_threshold: float = Field(0.9, gt=0, le=1)
+    dedup_ngram: int = Field(3, ge=1)
+    mixture: dict[str, float] = Field(default_factory=lambda: {d: 1.0 for d in DOMAINS})
+    # Presentation order of the union: "shuffle" (interleaved), "staged" (domain by domain, curriculum order),
+    # "difficulty" (easiest first, by the task's difficulty then episode length).
+    order: Literal["shuffle", "staged", "difficulty"] = "shuffle"
+    max_steps: int = Field(40, ge=0)
+    batch_size: int = Field(8, ge=1)
+    learning_rate: float = Field(5e-4, gt=0)
+
+    _mixture = field_validator("mixture")(classmethod(lambda cls, v: _check_mixture(v)))
+
+
 class LauncherConfig(_Section):
     mode: Literal["in_process", "multi_process", "multi_node"] = "in_process"
     num_processes: int = Field(1, ge=1)  # per node
@@ -375,6 +441,8 @@ class Config(_Section):
     sft: SFTConfig = Field(default_factory=SFTConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+    mmopd: MMOPDConfig = Field(default_factory=MMOPDConfig)
+    sdft: SDFTConfig = Field(default_factory=SDFTConfig)
     launcher: LauncherConfig = Field(default_factory=LauncherConfig)
 
     @model_validator(mode="after")

@@ -442,7 +442,7 @@ class RetailEnv(Environment):
         """The database dict (tau2 schema) of a world: the real one in the paper profile."""
         key = -1 if self.data_dir else (self.seed if world_seed is None else int(world_seed))
         if key not in self._worlds:
-            self._worlds[key] = generate_world(key)
+            self._worlds[key] = generate_world(key, n_users=tuple(self.worlds.retail_users))
         return self._worlds[key]
 
     def tasks(self, split: str, n: int, seed: int = 0) -> list[Task]:
