@@ -95,6 +95,13 @@ def safetensors_index(model_dir: str | Path) -> dict[str, Path]:
                             "(is the run complete?)")
 
 
+def checkpoint_parameter_count(model_dir: str | Path) -> int:
+    """Parameters of a checkpoint, from its safetensors headers (no tensor is read)."""
+    index = safetensors_index(model_dir)
+    readers = _Readers(index)
+    return int(sum(int(np.prod(readers.slice(name).get_shape() or [1])) for name in sorted(index, key=index.get)))
+
+
 class _Readers:
     """Open safetensors handles of one checkpoint, opened on first use (a shard at a time stays open); also the
     merger's reader (``acl_lib.consolidate.merging``)."""

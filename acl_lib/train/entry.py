@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m acl_lib.train.entry", description=__doc__.split("\n\n")[0])
     p.add_argument("--job-file", help="job.json written by acl_lib.train.launcher (config, job, args, out_dir)")
     p.add_argument("--config", help="a resolved config (YAML or JSON), instead of --job-file")
-    p.add_argument("--job", choices=["pretrain", "sft", "grpo"], help="with --config: the job to run")
+    p.add_argument("--job", choices=["pretrain", "sft", "grpo", "mmopd"], help="with --config: the job to run")
     p.add_argument("--out-dir", help="with --config: the output directory (default: <seed dir>/<job>)")
     p.add_argument("--args", default="{}", help="with --config: the job's arguments as JSON")
     p.add_argument("--deepspeed-config", help="the ZeRO config the trainers use (multi-node launches pass it here: "

@@ -38,7 +38,7 @@ LAUNCH_DIR = "launch"
 
 
 def job_function(job: str):
-    """The library function of a job name: ``pretrain``, ``sft``, ``grpo``."""
+    """The library function of a job name: ``pretrain``, ``sft``, ``grpo``, ``mmopd`` (distillation)."""
     if job == "pretrain":
         from acl_lib.train.pretrain import train_pretrain
 
@@ -51,7 +51,11 @@ def job_function(job: str):
         from acl_lib.train.grpo import train_grpo
 
         return train_grpo
-    raise ValueError(f"unknown job '{job}'; jobs are pretrain, sft, grpo")
+    if job == "mmopd":
+        from acl_lib.consolidate.mmopd import train_mmopd
+
+        return train_mmopd
+    raise ValueError(f"unknown job '{job}'; jobs are pretrain, sft, grpo, mmopd")
 
 
 def deepspeed_config(cfg) -> Path:
@@ -212,6 +216,22 @@ def _run_logged(cmd: list[str], env: dict, log: Path) -> None:
         raise RuntimeError(f"training job failed (exit {proc.returncode}); last lines of {log}:\n{tail}")
 
 
+def write_memory_plan(cfg, out_dir, model_dir, n_teachers: int) -> Path:
+    """``<out_dir>/launch/memory_plan.md`` (and ``.json``): the per-GPU memory of a distillation job's student and
+    teachers for ``cfg.launcher`` and ``cfg.mmopd.teacher_placement`` (``consolidate.mmopd.memory_plan``), sized
+    from the student checkpoint's tensor headers."""
+    from acl_lib.consolidate.mmopd import memory_plan, render_memory_plan
+    from acl_lib.diagnostics.weights import checkpoint_parameter_count
+
+    plan = memory_plan(cfg, checkpoint_parameter_count(model_dir), n_teachers)
+    d = Path(out_dir) / LAUNCH_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "memory_plan.json").write_text(json.dumps(plan, indent=2) + "\n")
+    path = d / "memory_plan.md"
+    path.write_text(render_memory_plan(plan))
+    return path
+
+
 def launch(cfg, job: str, out_dir, **job_args) -> dict:
     """Run ``job`` (``pretrain`` / ``sft`` / ``grpo``) into ``out_dir`` as ``cfg.launcher.mode`` says.
 
@@ -219,6 +239,8 @@ def launch(cfg, job: str, out_dir, **job_args) -> dict:
     """
     mode = cfg.launcher.mode
     fn = job_function(job)  # fail on a bad job name before anything is written
+    if job == "mmopd":  # one student and its teachers on every GPU: the plan is written before any weight loads
+        write_memory_plan(cfg, out_dir, job_args["student_dir"], len(job_args["teacher_dirs"]))
     if mode == "in_process":
         return fn(cfg, out_dir=out_dir, **job_args)
     job_file = write_job(cfg, job, out_dir, job_args)

@@ -1,0 +1,197 @@
+"""MMOPD (notebook 08): the hybrid loss against a direct computation, routing, the tool mask on real multi-turn
+rollouts, the distillation trainer on real worlds, and the memory plan the launcher renders."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from acl_lib.consolidate import mmopd
+from acl_lib.consolidate.mmopd import hybrid_kl, route
+from test_train_kit import base_dir, tiny_cfg  # noqa: F401  (fixture)
+
+torch.set_num_threads(1)
+
+
+def _direct(student, teacher, mask, alpha, q, w):
+    """The mixed KL written out position by position, with plain Python sums over the vocabulary."""
+    total, n = 0.0, 0
+    for b in range(student.shape[0]):
+        for t in range(student.shape[1]):
+            if not mask[b, t]:
+                continue
+            p = torch.softmax(student[b, t].double(), -1).tolist()
+            r = torch.softmax(teacher[b, t].double(), -1).tolist()
+            rev = sum(pi * (math.log(pi) - math.log(ri)) for pi, ri in zip(p, r))
+            ent = -sum(ri * math.log(ri) for ri in r)
+            fwd = 0.0
+            if alpha is not None and ent > alpha:
+                top = sorted(range(len(r)), key=lambda v: -r[v])[:q]
+                z = sum(r[v] for v in top)
+                fwd = sum((r[v] / z) * (math.log(r[v] / z) - math.log(p[v])) for v in top)
+            total += rev + w * fwd
+            n += 1
+    return total / n
+
+
+def _logits(seed, shape=(2, 5, 7), scale=2.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g) * scale
+
+
+def test_hybrid_loss_is_reverse_kl_when_alpha_is_infinite():
+    s, t = _logits(0), _logits(1)
+    mask = torch.tensor([[1, 1, 0, 1, 1], [0, 1, 1, 1, 0]])
+    loss, stats = hybrid_kl(s, t, mask, None, 3, 1.0)
+    assert loss.item() == pytest.approx(_direct(s, t, mask, None, 3, 1.0), rel=1e-6)
+    assert stats["high_entropy_share"] == 0.0 and stats["forward"] == 0.0
+    assert loss.item() == pytest.approx(stats["reverse"], rel=1e-6)
+
+
+@pytest.mark.parametrize("q,w", [(3, 1.0), (7, 0.5), (1, 2.0)])
+def test_hybrid_loss_adds_the_top_q_forward_term_at_high_entropy_positions(q, w):
+    s, t = _logits(2), _logits(3, scale=1.0)
+    t[0, 1] *= 0.05  # a flat teacher: high entropy
+    t[1, 2] *= 5.0  # a peaked one: low entropy
+    mask = torch.ones(2, 5, dtype=torch.long)
+    entropy = -(torch.softmax(t, -1) * torch.log_softmax(t, -1)).sum(-1)
+    e = entropy.flatten().sort().values
+    alpha = float(e[4] + e[5]) / 2  # half the positions above it, none near the threshold
+    loss, stats = hybrid_kl(s, t, mask, alpha, q, w)
+    assert loss.item() == pytest.approx(_direct(s, t, mask, alpha, q, w), rel=1e-6)
+    rev, _ = hybrid_kl(s, t, mask, None, q, w)
+    assert loss.item() > rev.item()  # the forward term is non-negative and present
+    assert 0 < stats["high_entropy_share"] < 1
+    assert entropy[0, 1] > alpha and entropy[1, 2] < alpha
+
+
+def test_hybrid_loss_gradient_flows_to_the_student_only_at_masked_positions():
+    s, t = _logits(4).requires_grad_(True), _logits(5)
+    mask = torch.tensor([[1, 0, 1, 0, 0], [0, 0, 0, 1, 1]])
+    loss, _ = hybrid_kl(s, t, mask, 0.0, 3, 1.0)
+    loss.backward()
+    per_pos = s.grad.abs().sum(-1)
+    assert torch.all(per_pos[mask == 0] == 0) and torch.all(per_pos[mask == 1] > 0)
+
+
+def test_routing_sends_each_row_to_its_own_domain_teacher():
+    domains = ["math", "retail", "math", "instruct", "search", "retail"]
+    teacher_of = {"math": "seq_math", "search": "seq_search", "retail": "seq_ecom", "instruct": "seq_if"}
+    groups = route(domains, teacher_of)
+    assert groups == {"seq_math": [0, 2], "seq_ecom": [1, 5], "seq_if": [3], "seq_search": [4]}
+    with pytest.raises(KeyError, match="domain 'retail'"):
+        route(domains, {"math": "seq_math"})
+
+
+def test_spec_rejects_prompts_without_a_teacher():
+    with pytest.raises(ValueError, match="no teacher"):
+        mmopd.DistillSpec("x", "seq_if", teachers={"math": "seq_math"}, mixture={"math": 1, "search": 1})
+
+
+def test_mixture_counts_split_by_weight():
+    assert mmopd.mixture_counts({"math": 1, "search": 1, "ecom": 1, "if": 1}, 8) == {
+        "math": 2, "search": 2, "ecom": 2, "if": 2}
+    c = mmopd.mixture_counts({"math": 3, "search": 1, "ecom": 0}, 8)
+    assert c == {"math": 6, "search": 2} and sum(c.values()) == 8
+
+
+def _perturbed(src, dst, seed, scale=0.05):
+    from acl_lib.model import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(src)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    model.save_pretrained(dst)
+    tok.save_pretrained(dst)
+    return str(dst)
+
+
+def test_env_tokens_carry_no_distillation_loss_on_a_real_retail_rollout(base_dir, tmp_path):
+    """The scripted expert drives a real retail episode (tool results and the simulated customer's turns) through
+    ``trl_env.rollout_episodes``; with a teacher that disagrees with the student everywhere, the loss gradient
+    reaches the student's logits at the policy's tokens and nowhere in the environment's."""
+    from acl_lib.envs import make_env, scripted_expert
+    from acl_lib.model import load_model_and_tokenizer
+    from acl_lib.train import trl_env
+    from test_train_rollout import expert_policy
+
+    model, tok = load_model_and_tokenizer(base_dir)
+    teacher, _ = load_model_and_tokenizer(_perturbed(base_dir, tmp_path / "teacher", 1))
+    env = make_env("retail", None, seed=0)
+    ep = env.start(env.tasks("train", 1)[0], max_turns=12)
+    (r,) = trl_env.rollout_episodes([ep], expert_policy(tok, scripted_expert("retail")), tok, 20000)
+    assert ep.reward() == 1.0 and 0 in r.env_mask and 1 in r.env_mask
+    ids = torch.tensor([r.prompt_ids + r.completion_ids])
+    keep = len(r.completion_ids)
+    s = model(input_ids=ids, logits_to_keep=keep + 1).logits[:, :-1]
+    s.retain_grad()
+    with torch.no_grad():
+        t = teacher(input_ids=ids, logits_to_keep=keep + 1).logits[:, :-1]
+    mask = torch.tensor([r.env_mask])
+    loss, stats = hybrid_kl(s, t, mask, 0.0, 4, 1.0)
+    loss.backward()
+    per_pos = s.grad.abs().sum(-1)[0]
+    env_pos = [i for i, m in enumerate(r.env_mask) if m == 0]
+    pol_pos = [i for i, m in enumerate(r.env_mask) if m == 1]
+    assert len(env_pos) > 50  # tool results and customer turns: most of the rollout
+    assert torch.all(per_pos[env_pos] == 0) and torch.all(per_pos[pol_pos] > 0)
+    assert stats["reverse"] > 0
+
+
+def test_mmopd_trainer_distils_on_real_worlds_and_routes_by_domain(base_dir, tmp_path, monkeypatch):
+    """One optimizer step on a mixture of math (single-turn) and retail (multi-turn, tools and a simulated
+    customer) prompts from the real worlds: each row is scored by its domain's teacher, the student moves."""
+    cfg = tiny_cfg(tmp_path, **{"mmopd.max_steps": 1, "mmopd.batch_size": 4, "mmopd.n_prompts": 2,
+                                "grpo.max_episode_tokens": 160, "grpo.max_new_tokens": 24})
+    teachers = {"seq_math": _perturbed(base_dir, tmp_path / "tm", 1), "seq_ecom": _perturbed(base_dir, tmp_path / "te", 2)}
+    seen: list[dict] = []
+    real_route = mmopd.route
+
+    def spy(domains, teacher_of):
+        groups = real_route(domains, teacher_of)
+        seen.append({"domains": list(domains), "groups": groups})
+        return groups
+
+    monkeypatch.setattr(mmopd, "route", spy)
+    out = tmp_path / "mmopd"
+    summary = mmopd.train_mmopd(cfg, out, str(base_dir), teachers, {"math": "seq_math", "ecom": "seq_ecom"},
+                                {"math": 1.0, "ecom": 1.0}, alpha=0.0)
+    assert seen, "the loss never routed a batch"
+    for s in seen:
+        for teacher, rows in s["groups"].items():
+            want = {"seq_math": "math", "seq_ecom": "retail"}[teacher]
+            assert {s["domains"][i] for i in rows} == {want}
+    assert {d for s in seen for d in s["domains"]} == {"math", "retail"}
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    step = next(r for r in log if "mmopd/reverse" in r)
+    assert step["mmopd/reverse"] > 0 and step["mmopd/high_entropy_share"] > 0  # alpha 0: every position
+    assert summary["job"] == "mmopd"
+    moved = mmopd.movement(base_dir, out / "model")
+    assert moved["update_norm"] > 0
+
+
+def test_memory_plan_rendered_by_the_launcher(tmp_path, base_dir):
+    from acl_lib.config import load_config
+    from acl_lib.train.launcher import write_memory_plan
+
+    cfg = load_config("paper", overrides=["mmopd.teacher_placement=offload"])
+    plan = mmopd.memory_plan(cfg, 8_190_000_000, 4)
+    gpus = cfg.launcher.num_nodes * cfg.launcher.num_processes
+    assert plan["gpus"] == gpus and plan["student_gib_per_gpu"] == pytest.approx(16 * 8.19e9 / gpus / 2**30)
+    assert plan["teachers_gib_per_gpu"] == pytest.approx(2 * 8.19e9 / 2**30)  # one teacher at a time, whole
+    assert plan["teachers_cpu_gib_per_node"] == pytest.approx(cfg.launcher.num_processes * 4 * 2 * 8.19e9 / 2**30)
+    resident = mmopd.memory_plan(cfg.model_copy(update={"mmopd": cfg.mmopd.model_copy(
+        update={"teacher_placement": "resident"})}), 8_190_000_000, 4)
+    assert resident["teachers_gib_per_gpu"] == pytest.approx(4 * 2 * 8.19e9 / 2**30 / gpus)  # ZeRO-3 shards
+    path = write_memory_plan(cfg, tmp_path / "job", base_dir, 4)
+    text = path.read_text()
+    from acl_lib.diagnostics.weights import checkpoint_parameter_count
+
+    n = checkpoint_parameter_count(base_dir)
+    assert json.loads((path.parent / "memory_plan.json").read_text())["n_params"] == n
+    assert f"{gpus} GPUs" in text and "teachers offload" in text and "| teachers in CPU memory per node (a copy per process) |" in text
