@@ -106,18 +106,25 @@ def read_rows(dataset: list[dict] | str | Path) -> list[dict]:
     return list(dataset)
 
 
-def sft_args(cfg, out_dir):
+def sft_args(cfg, out_dir, sequential: bool = False):
+    """``SFTConfig`` from ``cfg.sft``. ``sequential``: present the rows in dataset order (transformers'
+    ``train_sampling_strategy="sequential"``; TRL's ``shuffle_dataset`` is off already) instead of the trainer's
+    random sampler: SDFT's presentation orders (``acl_lib.consolidate.sdft``)."""
     from trl import SFTConfig
 
     s = cfg.sft
     kw = common.trainer_kwargs(cfg, out_dir, max_steps=s.max_steps, batch_size=s.batch_size,
                                learning_rate=s.learning_rate, scheduler="cosine")
+    if sequential:
+        kw["train_sampling_strategy"] = "sequential"
     return SFTConfig(**kw, assistant_only_loss=True, max_length=s.max_length, packing=False,
                      dataset_num_proc=None)
 
 
-def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_dir: str | Path) -> dict:
-    """SFT the model in ``model_dir`` on chat rows (a list, or a jsonl path) into ``<out_dir>/model``.
+def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_dir: str | Path,
+              sequential: bool = False) -> dict:
+    """SFT the model in ``model_dir`` on chat rows (a list, or a jsonl path) into ``<out_dir>/model``;
+    ``sequential``: in the rows' order rather than shuffled (``sft_args``).
 
     Writes ``train_log.jsonl``, ``train_summary.json``, ``checkpoints/`` (resumed from) and ``model/`` into
     ``out_dir``; returns the summary.
@@ -131,7 +138,7 @@ def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_
         raise ValueError("no SFT rows: rejection sampling kept nothing")
     model, tok = common.load_model_and_tokenizer(model_dir, cfg)
     log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "sft"})
-    trainer = SFTTrainer(model=model, args=sft_args(cfg, out_dir), train_dataset=Dataset.from_list(rows),
+    trainer = SFTTrainer(model=model, args=sft_args(cfg, out_dir, sequential), train_dataset=Dataset.from_list(rows),
                          processing_class=tok, callbacks=[log])
     common.show_progress(trainer, "sft")
     if len(trainer.train_dataset) == 0:  # TRL drops rows whose assistant turns were all cut off
