@@ -285,6 +285,17 @@ class SFTConfig(_Section):
     batch_size: int = Field(8, ge=1)
     learning_rate: float = Field(1e-3, gt=0)
     max_length: int = Field(1024, ge=32)
+    # Encode a batch's common prefix (system prompt, tool schemas) once and let every row attend to its cache:
+    # the same loss and gradients, less compute where conversations share a long opening (the retail desk).
+    share_prefix: bool = False
+
+    @model_serializer(mode="wrap")
+    def _dump_without_default_share_prefix(self, handler):
+        # Left out of the dump at its default, so the sft hash of runs made before the key existed is unchanged.
+        out = handler(self)
+        if isinstance(out, dict) and not self.share_prefix:
+            out.pop("share_prefix", None)
+        return out
 
 
 class GRPOConfig(_Section):

@@ -115,3 +115,47 @@ def test_collect_demos_from_a_model_teacher_reuses_each_episodes_cache(base_dir)
     assert stats["tried"] == 6 and stats["kept"] == len(rows)
     assert sum(stats["rejected"].values()) == 6 - len(rows)
     assert teacher.stats["calls"] and teacher.stats["encoded_tokens"] < teacher.stats["prompt_tokens"]
+
+
+def test_prefix_shared_loss_and_gradients_equal_the_plain_path(base_dir, tmp_path):
+    """Real retail demos (the scripted expert on the real desk) share their policy and tool schemas: the
+    prefix-shared trainer gives TRL's own loss and the same gradients, and still has rows that differ."""
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    from acl_lib.envs import make_env, scripted_expert
+    from acl_lib.model import load_model_and_tokenizer
+
+    env = make_env("retail", None, seed=0)
+    rows, _ = sft.collect_demos(env, scripted_expert("retail"), env.tasks("train", 3), max_turns=12)
+    assert len(rows) == 3
+    cfg = tiny_cfg(tmp_path, **{"sft.max_steps": 1, "sft.batch_size": 3, "sft.max_length": 8192})
+
+    def loss_and_grads(cls):
+        torch.manual_seed(0)
+        model, tok = load_model_and_tokenizer(base_dir)
+        trainer = cls(model=model, args=sft.sft_args(cfg, tmp_path / cls.__name__), train_dataset=Dataset.from_list(rows),
+                      processing_class=tok)
+        batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
+        model.train()
+        loss = trainer.compute_loss(model, dict(batch))
+        loss.backward()
+        return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, batch
+
+    plain, g_plain, batch = loss_and_grads(SFTTrainer)
+    shared, g_shared, _ = loss_and_grads(sft._prefix_shared_trainer())
+    L = sft.shared_prefix_length(batch["input_ids"], batch["attention_mask"], batch["labels"])
+    assert L > 500 and L < batch["input_ids"].size(1) - 50  # a long common opening, then rows that differ
+    assert abs(shared - plain) < 1e-4 * abs(plain)
+    assert g_plain.keys() == g_shared.keys()
+    for n in g_plain:
+        assert torch.allclose(g_plain[n], g_shared[n], rtol=1e-3, atol=1e-6), n
+
+
+def test_shared_prefix_length_stops_before_the_first_difference_and_the_first_loss():
+    ids = torch.tensor([[1, 2, 3, 4, 5, 0], [1, 2, 3, 9, 9, 9]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]])
+    labels = torch.full_like(ids, -100)
+    assert sft.shared_prefix_length(ids, mask, labels) == 2  # rows differ at 3: the prefix keeps 0..1, 2 predicts 3
+    labels[:, 2] = 7
+    assert sft.shared_prefix_length(ids, mask, labels) == 1

@@ -106,6 +106,75 @@ def read_rows(dataset: list[dict] | str | Path) -> list[dict]:
     return list(dataset)
 
 
+MIN_SHARED_PREFIX = 64  # tokens: below this, sharing the prefix saves less than the extra forward call costs
+
+
+def shared_prefix_length(input_ids, attention_mask, labels) -> int:
+    """Length ``L`` of the prefix every row of a (right-padded) batch has in common, unpadded, and carrying no loss
+    up to and including position ``L`` (the token after the prefix is predicted by the prefix's last position,
+    which the shared forward does not keep). 0 when there is none."""
+    import torch
+
+    same = (input_ids == input_ids[:1]).all(0) & attention_mask.bool().all(0) & (labels == -100).all(0)
+    if same.all():
+        return max(0, int(same.numel()) - 1)
+    first_diff = int(torch.nonzero(~same)[0, 0])
+    return max(0, first_diff - 1)
+
+
+def _prefix_shared_trainer():
+    from trl import SFTTrainer
+
+    class PrefixSharedSFTTrainer(SFTTrainer):
+        """``SFTTrainer`` that encodes a batch's common prefix once (``sft.share_prefix``).
+
+        The retail desk's conversations all open with the same ~1.9k tokens (the policy and 16 tool schemas) and
+        differ after them; the loss sits on the assistant turns only. Encoding the prefix once per batch and
+        attending to its key/value cache from every row gives the same loss and gradients (the cache stays in the
+        autograd graph; a test checks both against the plain path) for a fraction of the compute. TRL's
+        ``compute_loss`` cannot be told to do this; the subclass computes the same token-mean cross-entropy on the
+        rows' suffixes and logs the metrics TRL logs (entropy, token accuracy, tokens). Batches with no shared
+        prefix, and runs with activation checkpointing (which drops the cache), take TRL's own path.
+        """
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            import torch
+
+            ids, mask, labels = inputs.get("input_ids"), inputs.get("attention_mask"), inputs.get("labels")
+            L = 0 if ids is None or mask is None or labels is None or ids.size(0) < 2 else \
+                shared_prefix_length(ids, mask, labels)
+            if return_outputs or L < MIN_SHARED_PREFIX or self.args.activation_checkpointing:
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            mode = "train" if self.model.training else "eval"
+            head = model(input_ids=ids[:1, :L], attention_mask=mask[:1, :L], use_cache=True)
+            cache = head.past_key_values
+            cache.batch_repeat_interleave(ids.size(0))
+            tail = model(input_ids=ids[:, L:], attention_mask=mask, cache=cache, use_cache=False)
+            logp = torch.log_softmax(tail.logits[:, :-1].float(), dim=-1)
+            target = labels[:, L + 1:]
+            valid = target != -100
+            tok = logp.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+            n = valid.sum() if num_items_in_batch is None else num_items_in_batch
+            loss = -(tok * valid).sum() / torch.as_tensor(n).clamp(min=1)
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+                loss = loss * self.accelerator.num_processes
+            with torch.no_grad():
+                entropy = -(logp.exp() * logp).sum(-1)
+                correct = (logp.argmax(-1) == target) & valid
+                num_valid = self.accelerator.gather_for_metrics(valid.sum()).sum()
+                ent = self.accelerator.gather_for_metrics((entropy * valid).sum()).sum()
+                hit = self.accelerator.gather_for_metrics(correct.sum()).sum()
+            self._metrics[mode]["entropy"].append((ent / num_valid).item() if num_valid > 0 else 0.0)
+            self._metrics[mode]["mean_token_accuracy"].append((hit / num_valid).item() if num_valid > 0 else 0.0)
+            if mode == "train":
+                self._total_train_tokens += self.accelerator.gather_for_metrics(mask.sum()).sum().item()
+            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+            self._metrics[mode]["shared_prefix_tokens"].append(float(L))
+            return loss
+
+    return PrefixSharedSFTTrainer
+
+
 def sft_args(cfg, out_dir, sequential: bool = False):
     """``SFTConfig`` from ``cfg.sft``. ``sequential``: present the rows in dataset order (transformers'
     ``train_sampling_strategy="sequential"``; TRL's ``shuffle_dataset`` is off already) instead of the trainer's
@@ -138,8 +207,9 @@ def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_
         raise ValueError("no SFT rows: rejection sampling kept nothing")
     model, tok = common.load_model_and_tokenizer(model_dir, cfg)
     log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "sft"})
-    trainer = SFTTrainer(model=model, args=sft_args(cfg, out_dir, sequential), train_dataset=Dataset.from_list(rows),
-                         processing_class=tok, callbacks=[log])
+    cls = _prefix_shared_trainer() if cfg.sft.share_prefix else SFTTrainer
+    trainer = cls(model=model, args=sft_args(cfg, out_dir, sequential), train_dataset=Dataset.from_list(rows),
+                  processing_class=tok, callbacks=[log])
     common.show_progress(trainer, "sft")
     if len(trainer.train_dataset) == 0:  # TRL drops rows whose assistant turns were all cut off
         raise ValueError(f"all {len(rows)} SFT conversations lost every assistant token to truncation at "
