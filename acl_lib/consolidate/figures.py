@@ -36,7 +36,7 @@ def comparison_frame(scores: Mapping[str, Mapping[str, float]], study: Mapping[s
 
 
 def comparison_figure(scores: Mapping[str, Mapping[str, float]], study: Mapping[str, Mapping],
-                      benchmarks: Sequence[str] | None = None):
+                      benchmarks: Sequence[str] | None = None, title: str = "Merges"):
     """One panel per benchmark: a bar per checkpoint (ours) and a diamond where the study reports that row."""
     import plotly.graph_objects as go
     from plotly.colors import qualitative
@@ -66,7 +66,7 @@ def comparison_figure(scores: Mapping[str, Mapping[str, float]], study: Mapping[
         fig.update_yaxes(range=[0, 105], row=r, col=c)
     fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="study (main table)",
                              marker={"symbol": "diamond", "size": 10, "color": "black"}))
-    fig.update_layout(title="Merges beside seq_final and the oracles (score %, bars: ours, diamonds: the study)",
+    fig.update_layout(title=f"{title} beside seq_final and the oracles (score %, bars: ours, diamonds: the study)",
                       height=260 * nrows + 80, barmode="group")
     return fig
 
