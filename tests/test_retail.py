@@ -474,3 +474,23 @@ def test_the_mini_world_can_be_restricted_to_some_task_kinds_and_email_identific
     assert len({t.meta["kind"] for t in default}) > 2
     with pytest.raises(ConfigError, match="retail_kinds"):
         load_config("mini", ["worlds.retail_kinds=[refund_everything]"])
+
+
+def test_episodes_fork_the_store_and_never_write_to_it():
+    """Every episode's tools act on a fork of the environment's validated store: write tasks solved by the expert
+    leave the shared store as it was, and the same task solved twice passes twice."""
+    from acl_lib.envs import make_env, scripted_expert
+
+    env = make_env("retail", None, seed=0)
+    tasks = [t for t in env.tasks("train", 40) if t.meta["kind"] not in ("order_status", "order_total")][:6]
+    assert tasks
+    expert = scripted_expert("retail")
+    for _ in range(2):
+        for t in tasks:
+            ep = env.start(t, max_turns=12)
+            while not ep.done:
+                ep.step(expert(t, ep.messages))
+            assert ep.reward() == 1.0, ep.failure
+            shared = next(iter(env._dbs.values()))
+            assert ep.toolkit.db is not shared and ep.toolkit.touched_orders | ep.toolkit.touched_users
+    assert shared.dump() == env.world()  # the generated world, as it was before any episode wrote

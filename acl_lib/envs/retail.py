@@ -422,6 +422,7 @@ class RetailEnv(Environment):
         self.worlds = worlds or WorldsConfig()
         self.seed = seed
         self._worlds: dict[int, dict] = {}  # world seed -> db dict (mini) ; -1 -> the real db (paper)
+        self._dbs: dict[int, RetailDB] = {}  # the same worlds validated once; episodes get forks of them
         self._gold: dict[str, dict] = {}  # (world, gold actions) -> gold_state
         self.data_dir = self.worlds.data_dir
         if self.data_dir:
@@ -465,20 +466,26 @@ class RetailEnv(Environment):
             from acl_lib.envs import llm_user
 
             llm_user.simulator_for(self.worlds.user_sim)
-        world = self.world((task.meta or {}).get("world_seed"))
-        key = json.dumps([(task.meta or {}).get("world_seed"), task.answer.get("actions")], sort_keys=True)
+        seed = (task.meta or {}).get("world_seed")
+        world = self.world(seed)
+        wkey = id(world)
+        if wkey not in self._dbs:
+            self._dbs[wkey] = RetailDB.load(world)
+        key = json.dumps([seed, task.answer.get("actions")], sort_keys=True)
         if key not in self._gold:  # the gold end state of a task is computed once per environment
-            self._gold[key] = gold_state(world, task.answer.get("actions") or [])
-        desk = RetailDesk(world, self._gold[key])
+            self._gold[key] = gold_state(self._dbs[wkey], task.answer.get("actions") or [])
+        desk = RetailDesk(self._dbs[wkey], self._gold[key])
         if not scenario:
             return llm_user.start_episode(task, desk, self.worlds.user_sim, max_turns=max_turns)
         return DeskEpisode(task, desk, max_turns=max_turns)
 
 
-def gold_state(world: dict, actions: list[dict]) -> dict:
-    """The records the gold ``actions`` touch, after replaying them on a fresh copy of ``world``:
-    ``{"orders": {order_id: record}, "users": {user_id: record}}`` (tau2 JSON records)."""
-    tools, _ = run_actions(RetailDB.load(world), actions)
+def gold_state(world: dict | RetailDB, actions: list[dict]) -> dict:
+    """The records the gold ``actions`` touch, after replaying them on a fresh copy of ``world`` (a db dict, or a
+    validated ``RetailDB``, forked): ``{"orders": {order_id: record}, "users": {user_id: record}}`` (tau2 JSON
+    records)."""
+    db = world.fork() if isinstance(world, RetailDB) else RetailDB.load(world)
+    tools, _ = run_actions(db, actions)
     return {"orders": {i: record(tools.db.orders[i]) for i in sorted(tools.touched_orders)},
             "users": {i: record(tools.db.users[i]) for i in sorted(tools.touched_users)}}
 
@@ -487,12 +494,19 @@ class RetailDesk(Desk):
     """Retail's part of a desk episode (``desk.DeskEpisode``): the agent's tools act on the episode's own
     copy of the world database; the score compares the records a write touched with ``gold``."""
 
-    def __init__(self, world: dict, gold: dict):
-        self.world = world  # shared, never mutated
+    def __init__(self, world: dict | RetailDB, gold: dict):
+        self.world = world  # shared, never mutated: a db dict, or a validated RetailDB that episodes fork
         self.gold = gold  # gold_state(world, the task's gold actions)
 
     def new_toolkit(self, task: Task) -> RetailTools:
+        if isinstance(self.world, RetailDB):
+            return RetailTools(self.world.fork())
         return RetailTools(RetailDB.load(self.world))
+
+    def _original(self, kind: str, i: str) -> dict:
+        if isinstance(self.world, RetailDB):
+            return record(getattr(self.world, kind)[i])
+        return self.world[kind][i]
 
     def check(self, episode: DeskEpisode) -> str | None:
         tools = episode.toolkit
@@ -501,7 +515,7 @@ class RetailDesk(Desk):
             # only records a write touched can differ: compare those, gold-touched or agent-touched
             gold, mine = self.gold[kind], getattr(tools.db, kind)
             ids = sorted(set(gold) | getattr(tools, f"touched_{kind}"))
-            bad = [i for i in ids if record(mine[i]) != gold.get(i, self.world[kind][i])]
+            bad = [i for i in ids if record(mine[i]) != (gold[i] if i in gold else self._original(kind, i))]
             if bad:
                 why.append(f"database differs from gold: {kind} {', '.join(bad)} differ")
         said = [m["content"].lower().replace(",", "") for m in episode.messages

@@ -149,6 +149,14 @@ class RetailDB(_Model):
         """A fresh, independent database from a tau2 ``db.json`` dict (the dict is not modified)."""
         return cls.model_validate(d)
 
+    def fork(self) -> "RetailDB":
+        """A database that shares this one's records until it writes to them: the record maps are copied (one
+        entry per id), the records themselves are copied by ``RetailTools`` the first time a tool looks one up
+        by id (every write goes through such a look-up), so this database is never modified. Products are
+        shared (no tool writes them). Costs microseconds where ``load`` of a store with hundreds of customers
+        costs a tenth of a second per episode."""
+        return RetailDB.model_construct(products=self.products, users=dict(self.users), orders=dict(self.orders))
+
     @classmethod
     def from_file(cls, path: str) -> "RetailDB":
         with open(path) as f:
@@ -403,6 +411,10 @@ class RetailTools(Toolkit):
         super().__init__(db)
         self.touched_orders: set[str] = set()
         self.touched_users: set[str] = set()
+        # Records this toolkit owns (copied on first look-up, so that a ``RetailDB.fork`` never writes to the
+        # database it was forked from); a database of its own (``load``) pays one small copy per record used.
+        self._own_orders: set[str] = set()
+        self._own_users: set[str] = set()
 
     def call(self, name: str, arguments: dict) -> str:
         """Run one tool by name (the replay's entry point). Raises ``ToolError`` on any failure."""
@@ -419,15 +431,23 @@ class RetailTools(Toolkit):
 
     # --- look-ups ---
     def _order(self, order_id: Any) -> Order:
-        order = self.db.orders.get(_need_str("order_id", order_id))
+        order_id = _need_str("order_id", order_id)
+        order = self.db.orders.get(order_id)
         if order is None:
             raise ToolError("Order not found")
+        if order_id not in self._own_orders:
+            order = self.db.orders[order_id] = order.model_copy(deep=True)
+            self._own_orders.add(order_id)
         return order
 
     def _user(self, user_id: Any) -> User:
-        user = self.db.users.get(_need_str("user_id", user_id))
+        user_id = _need_str("user_id", user_id)
+        user = self.db.users.get(user_id)
         if user is None:
             raise ToolError("User not found")
+        if user_id not in self._own_users:
+            user = self.db.users[user_id] = user.model_copy(deep=True)
+            self._own_users.add(user_id)
         return user
 
     def _product(self, product_id: Any) -> Product:
