@@ -1,6 +1,8 @@
 # Two commands on a fresh machine with Python 3.11:
 #   make run    create .venv if missing, install the suite, execute every notebook (profile mini, seed 0)
 #   make test   create .venv if missing, install with test extras, run the test suite
+#   make curriculum  notebook 13, the curriculum-order study (opt-in: four more sequences of training; not in make run)
+#   make report      outputs/<profile>/report.html from the run store (notebook 12 writes it too, at the end of make run)
 #   make rehearsal  the paper profile's hostfile launch on two local DeepSpeed processes (tests marked
 #               `rehearsal` in tests/test_paper_rehearsal.py; the rest of that rehearsal runs in make test).
 #               The first run on a machine JIT-builds DeepSpeed's CPU comm extension (~5 min, then cached).
@@ -20,7 +22,7 @@ PROFILE ?= mini
 SEEDS   ?= 0
 PYTEST_ARGS ?=
 
-.PHONY: run test rehearsal install smoke status lab nbstrip clean-venv
+.PHONY: run test rehearsal install smoke status lab nbstrip clean-venv curriculum report
 
 run: $(STAMP)
 	$(VENV)/bin/acl run --profile $(PROFILE) --seeds $(SEEDS)
@@ -45,6 +47,12 @@ $(STAMP): pyproject.toml | $(PY)
 
 smoke: $(STAMP)
 	$(VENV)/bin/acl run --profile smoke --seeds $(SEEDS)
+
+curriculum: $(STAMP)
+	$(VENV)/bin/acl run --profile $(PROFILE) --seeds $(SEEDS) --only 13
+
+report: $(STAMP)
+	$(VENV)/bin/acl report --profile $(PROFILE) --seeds $(SEEDS)
 
 status: $(STAMP)
 	$(VENV)/bin/acl status --profile $(PROFILE)

@@ -2,6 +2,7 @@
 
     acl run    --profile mini --seeds 0 1 2 [--only 00 03] [--set key=value ...]   execute the notebooks
     acl status --profile mini [--seeds 0 1 2]                                       runs and executed notebooks
+    acl report --profile mini [--seeds 0 1 2] [--out FILE]                          outputs/<profile>/report.html
     acl config --profile mini [--set key=value ...] [--seed 0]                      the resolved config as YAML
     acl eval   --model DIR --profile mini [--suites all] [--k 4] [--out DIR]        score a checkpoint (default --out:
                                                                                     outputs/eval/<name>-<time>/)
@@ -75,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Execute notebooks/NN_*.ipynb in prefix order for each seed with papermill, passing the parameters "
         "profile, seed and overrides. Executed copies go to <papermill-dir>/<profile>/seed<k>/. The config is validated "
         "for every seed before the first notebook starts. Completed runs inside the notebooks are skipped, so "
-        "re-running after an interruption only redoes what is missing.",
+        "re-running after an interruption only redoes what is missing. Notebook 12 (the final tables) reads every "
+        "seed: it runs once, after all the seeds, with seeds=[...] (executed copy in <papermill-dir>/<profile>/). "
+        "Notebook 13 (curriculum orders, four more sequences of training) is opt-in: only with --only 13.",
     )
     _add_profile(p)
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds to run, in order (default: 0)")
@@ -94,6 +97,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds to show (default: every seed found on disk, or 0)")
     _add_dirs(p)
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser(
+        "report",
+        help="write outputs/<profile>/report.html: the final tables over the seeds, figures, run configs",
+        description="Build the final report (notebook 12's tables, the findings verdict, the main figures, each "
+        "run's config.yaml and links to the executed notebooks) from the run store alone, as one HTML file that "
+        "opens in a browser without Jupyter, offline (plotly.js inlined). Missing runs are listed, not errors.",
+    )
+    _add_profile(p)
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="seeds to aggregate (default: every seed found in the run store, or 0)")
+    p.add_argument("--out", metavar="FILE", default=None, help="where to write (default: <output-dir>/<profile>/report.html)")
+    _add_set(p)
+    _add_dirs(p)
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("config", help="print the resolved config as YAML", description="Resolve and validate a profile plus overrides; print YAML.")
     _add_profile(p)
@@ -272,7 +290,8 @@ def cmd_run(args) -> int:
         _err(f"--notebooks-dir {nb_dir}: no such directory")
         return EXIT_USAGE
     try:
-        notebooks = nbs.list_notebooks(args.notebooks_dir, args.only)
+        # opt-in notebooks (13, the curriculum orders) run only when named: --only 13
+        notebooks = nbs.default_notebooks(nbs.list_notebooks(args.notebooks_dir, args.only), args.only)
     except ValueError as exc:
         _err(str(exc))
         return EXIT_USAGE
@@ -298,19 +317,21 @@ def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]
     lines its kernel writes (which run, which training step, loss or reward, time left)."""
     from acl_lib import notebooks as nbs
 
-    jobs = [(seed, nb) for seed in args.seeds for nb in notebooks]
+    # per seed, every notebook in prefix order; then notebook 12 once over all the seeds (nbs.plan_jobs)
+    jobs = nbs.plan_jobs(notebooks, args.seeds)
     t0 = time.time()
-    for i, (seed, nb) in enumerate(jobs, 1):
+    for i, job in enumerate(jobs, 1):
+        nb, seed = job.notebook, job.seed
         cfg = cfgs[seed]
-        out = nbs.executed_path(cfg.papermill_dir, args.profile, seed, nb)
-        print(f"[{i}/{len(jobs)}] {nb.name}  (profile {args.profile}, seed {seed})", flush=True)
-        params = {"profile": args.profile, "seed": seed, "overrides": overrides}
+        out = job.output(cfg.papermill_dir, args.profile)
+        print(f"[{i}/{len(jobs)}] {nb.name}  (profile {args.profile}, {job.label()})", flush=True)
+        params = job.parameters(args.profile, overrides)
         t_nb = time.time()
         try:
             with nbs.following_progress(out.parent / f".{nb.stem}.progress", prefix="    "):
                 nbs.execute(nb, out, params, progress_bar=False)
         except nbs.NotebookFailed as exc:
-            print(f"\nFAILED: {nb.name} (profile {args.profile}, seed {seed})\n{exc}", file=sys.stderr)
+            print(f"\nFAILED: {nb.name} (profile {args.profile}, {job.label()})\n{exc}", file=sys.stderr)
             return EXIT_FAILED
         except KeyboardInterrupt:
             print(f"\ninterrupted in {nb.name} (partial copy: {out}); the same command resumes: complete runs are skipped",
@@ -366,11 +387,35 @@ def cmd_status(args) -> int:
     rows = []
     for seed in seeds:
         for nb in notebooks:
+            if nbs.across_seeds(nb):
+                continue
             path = nbs.executed_path(base.papermill_dir, args.profile, seed, nb)
             state, duration = nbs.notebook_state(path)
             rows.append([str(seed), nb.name, state, _fmt_s(duration), str(path) if state != "not run" else ""])
+    for nb in notebooks:
+        if nbs.across_seeds(nb):
+            path = nbs.across_seeds_path(base.papermill_dir, args.profile, nb)
+            state, duration = nbs.notebook_state(path)
+            rows.append(["all", nb.name, state, _fmt_s(duration), str(path) if state != "not run" else ""])
     print(f"\nNotebooks in {args.notebooks_dir}/ (executed copies in {pm_root}/)")
     print(_table(["seed", "notebook", "state", "took", "executed copy"], rows) if rows else "(no notebooks)")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from acl_lib.final import write_report
+
+    overrides = list(args.overrides) + _dir_overrides(args)
+    base = _load(args.profile, overrides, None)
+    seeds = args.seeds
+    if seeds is None:
+        root = base.seed_dir().parent
+        seeds = sorted(int(p.name[4:]) for p in root.glob("seed*") if p.name[4:].isdigit()) if root.is_dir() else []
+        seeds = seeds or [0]
+    for seed in seeds:
+        _load(args.profile, overrides, seed)
+    out = write_report(args.profile, seeds, overrides, path=args.out)
+    print(f"acl report: {out} (profile {args.profile}, seeds {' '.join(map(str, seeds))})")
     return 0
 
 

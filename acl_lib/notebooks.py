@@ -57,9 +57,67 @@ def list_notebooks(directory: str | Path = "notebooks", only: list[str] | None =
     return [p for p in notebooks if p.name[:2] in wanted]
 
 
+# Notebooks ``acl run`` leaves out unless named with --only (13: the curriculum-order study, four sequences of
+# training; ``make curriculum``).
+OPT_IN_PREFIXES = frozenset({"13"})
+# Notebooks that read every seed: run once, after the per-seed notebooks of all seeds, with ``seeds`` (a list)
+# among their parameters; their executed copy goes to ``<papermill_dir>/<profile>/`` (not a seed's folder).
+ACROSS_SEEDS_PREFIXES = frozenset({"12"})
+
+
+def default_notebooks(notebooks: list[Path], only: list[str] | None = None) -> list[Path]:
+    """``notebooks`` without the opt-in ones, unless ``only`` was given (then ``only`` already chose)."""
+    if only is not None:
+        return list(notebooks)
+    return [p for p in notebooks if p.name[:2] not in OPT_IN_PREFIXES]
+
+
+def across_seeds(notebook: str | Path) -> bool:
+    return Path(notebook).name[:2] in ACROSS_SEEDS_PREFIXES
+
+
+@dataclass(frozen=True)
+class Job:
+    """One notebook execution of ``acl run``: ``seed`` is the seed of a per-seed notebook, or the first seed of
+    an across-seeds one (its ``seed`` parameter); ``seeds`` is set for the latter only."""
+
+    notebook: Path
+    seed: int
+    seeds: tuple[int, ...] | None = None
+
+    def parameters(self, profile: str, overrides: list[str]) -> dict[str, Any]:
+        params = {"profile": profile, "seed": self.seed, "overrides": list(overrides)}
+        if self.seeds is not None:
+            params["seeds"] = list(self.seeds)
+        return params
+
+    def output(self, papermill_dir: str | Path, profile: str) -> Path:
+        if self.seeds is not None:
+            return across_seeds_path(papermill_dir, profile, self.notebook)
+        return executed_path(papermill_dir, profile, self.seed, self.notebook)
+
+    def label(self) -> str:
+        return f"seeds {' '.join(map(str, self.seeds))}" if self.seeds is not None else f"seed {self.seed}"
+
+
+def plan_jobs(notebooks: list[Path], seeds: list[int]) -> list[Job]:
+    """What ``acl run`` executes, in order: every per-seed notebook for the first seed, then for the next ...,
+    then each across-seeds notebook (12) once over all the seeds."""
+    seeds = list(seeds)
+    per_seed = [nb for nb in notebooks if not across_seeds(nb)]
+    jobs = [Job(nb, seed) for seed in seeds for nb in per_seed]
+    jobs += [Job(nb, seeds[0], tuple(seeds)) for nb in notebooks if across_seeds(nb)]
+    return jobs
+
+
 def executed_path(papermill_dir: str | Path, profile: str, seed: int, notebook: str | Path) -> Path:
     """``<papermill_dir>/<profile>/seed<k>/<notebook name>``: where the executed copy of a notebook goes."""
     return Path(papermill_dir) / profile / f"seed{seed}" / Path(notebook).name
+
+
+def across_seeds_path(papermill_dir: str | Path, profile: str, notebook: str | Path) -> Path:
+    """``<papermill_dir>/<profile>/<notebook name>``: the executed copy of a notebook that reads every seed."""
+    return Path(papermill_dir) / profile / Path(notebook).name
 
 
 @dataclass

@@ -173,3 +173,39 @@ def test_kill_mid_notebook_then_rerun_completes_and_third_run_skips(tmp_path):
 def test_main_returns_exit_code_for_config(capsys):
     assert main(["config", "--profile", "smoke"]) == 0
     assert "profile: smoke" in capsys.readouterr().out
+
+
+def test_run_executes_12_once_after_every_seed_and_13_only_with_only(tmp_path, monkeypatch, capsys):
+    """acl run's order without executing anything: nbs.execute records what it was asked to run."""
+    from acl_lib import notebooks as nbs
+
+    nb_dir, pm, out = tmp_path / "nb", tmp_path / "pm", tmp_path / "out"
+    for name in ("00_first", "01_second", "12_final_tables", "13_curriculum_orders"):
+        write_notebook(nb_dir / f"{name}.ipynb", ["x = 1"])
+    calls = []
+    monkeypatch.setattr(nbs, "execute", lambda nb, output, params, **kw: calls.append((Path(nb).name[:2], Path(output), params)))
+    base = ["run", "--profile", "smoke", "--notebooks-dir", str(nb_dir), "--papermill-dir", str(pm), "--output-dir", str(out)]
+    assert main([*base, "--seeds", "0", "1"]) == 0
+    assert [(c[0], c[2]["seed"], c[2].get("seeds")) for c in calls] == [
+        ("00", 0, None), ("01", 0, None), ("00", 1, None), ("01", 1, None), ("12", 0, [0, 1])]
+    assert calls[-1][1] == pm.resolve() / "smoke" / "12_final_tables.ipynb"
+    assert calls[2][1] == pm.resolve() / "smoke" / "seed1" / "00_first.ipynb"
+    assert "(profile smoke, seeds 0 1)" in capsys.readouterr().out
+    calls.clear()
+    assert main([*base, "--seeds", "0", "--only", "13"]) == 0
+    assert [(c[0], c[2]["seed"]) for c in calls] == [("13", 0)]
+
+
+def test_report_subcommand_writes_html(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "--help"])
+    assert exc.value.code == 0 and "report.html" in capsys.readouterr().out
+    out = tmp_path / "out"
+    p = out / "smoke" / "seed3" / "base" / "eval" / "metrics.json"
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps({"scores": {"aime26": 10.0, "nq": 5.0}}))
+    assert main(["report", "--profile", "smoke", "--output-dir", str(out), "--papermill-dir", str(tmp_path / "pm")]) == 0
+    report = out / "smoke" / "report.html"
+    assert report.is_file() and "seeds 3" in capsys.readouterr().out  # the seeds found on disk
+    text = report.read_text()
+    assert "<title>ACLArena suite: final report (profile smoke, seeds 3)</title>" in text and "seq_math" in text

@@ -1,0 +1,182 @@
+"""Notebook 13: the sequential pipeline over several curriculum orders, and how each domain's forgetting depends on
+its position and on the stage that follows it.
+
+Each order is the pipeline of notebooks 01-04 with ``pipeline.curriculum`` overridden (``order_config``):
+``pipeline.sequential_run`` names a non-default order's runs ``seq<i>_<d1>-...-<di>``, so orders never share a
+run; the study's order reuses ``seq_math`` ... of notebooks 01-04. Every stage is a run of the run store (skipped
+when complete) evaluated on the whole suite, so everything below reads ``<run>/eval/metrics.json``.
+
+Quantities, per order and per domain ``d`` trained at position ``p``:
+
+* ``after own stage``: its in-domain benchmark right after its stage; ``final``: after the last stage;
+* ``forgetting`` = best score from its own stage to the one before the last, minus ``final`` (0 for the last);
+* ``drop at stage s`` = score before stage ``s`` minus after it, for each later stage ``s`` (positive: a loss);
+  the e-commerce stage's share is read from these drops wherever that stage sits.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+from acl_lib.envs import IN_DOMAIN
+
+STUDY_ORDER = ["math", "search", "ecom", "if"]
+
+
+def rotations(order: Sequence[str] = STUDY_ORDER) -> list[list[str]]:
+    """The cyclic rotations of ``order`` (the study's first): each domain once at every position."""
+    order = list(order)
+    return [order[i:] + order[:i] for i in range(len(order))]
+
+
+def order_config(profile: str, overrides: Sequence[str], seed: int, order: Sequence[str]):
+    """The config of one order: ``profile`` + ``overrides`` + ``pipeline.curriculum=[...]``."""
+    from acl_lib.config import load_config
+
+    return load_config(profile, [*overrides, f"pipeline.curriculum=[{','.join(order)}]"], seed=seed)
+
+
+def order_label(order: Sequence[str]) -> str:
+    return " → ".join(order)
+
+
+def stage_names(cfg) -> list[str]:
+    """base and the order's stages, as the run store names them."""
+    from acl_lib.pipeline import checkpoint_names
+
+    return checkpoint_names(cfg, oracles=False)
+
+
+def run_order(cfg) -> list:
+    """Train and evaluate every stage of ``cfg``'s curriculum in order (complete ones skipped); the runs."""
+    from acl_lib import pipeline
+
+    base = pipeline.base_run(cfg)
+    if not base.is_complete():
+        raise RuntimeError(f"the orders start from the complete base run ({base.path}); run notebook 00 first")
+    return [pipeline.run_sequential_stage(cfg, i) for i in range(1, len(cfg.pipeline.curriculum) + 1)]
+
+
+def order_scores(cfg) -> dict[str, dict[str, float]]:
+    """``{run: {benchmark: %}}`` for base and each stage of the order that has been evaluated."""
+    from acl_lib.report import load_scores
+
+    return load_scores(cfg.seed_dir(), stage_names(cfg))
+
+
+def order_durations(cfg) -> dict[str, float | None]:
+    """Training + evaluation seconds of each stage (from the runs' completion records; a stage skipped here
+    reports the time it took when it ran)."""
+    import json
+
+    out = {}
+    for name in stage_names(cfg)[1:]:
+        total = None
+        for rel in (name, f"{name}/eval"):
+            p = cfg.seed_dir() / rel / "COMPLETE.json"
+            if p.is_file():
+                total = (total or 0.0) + (json.loads(p.read_text()).get("duration_s") or 0.0)
+        out[name] = total
+    return out
+
+
+def position_rows(order: Sequence[str], names: Sequence[str], scores: Mapping[str, Mapping[str, float]]) -> list[dict]:
+    """One row per domain of an order: position, the stage after it, its benchmark after its own stage, its best
+    until the stage before the last, final, forgetting, and the drop each later stage caused (``drop <d>``)."""
+    rows = []
+    order = list(order)
+    T = len(order)
+    for p, d in enumerate(order, 1):
+        b = IN_DOMAIN[d]
+        get = lambda i: (scores.get(names[i]) or {}).get(b)  # noqa: E731  names[0] is base, names[i] stage i
+        row = {"order": order_label(order), "domain": d, "benchmark": b, "position": p,
+               "followed by": order[p] if p < T else "", "base": get(0), "after own stage": get(p), "final": get(T)}
+        kept = [get(i) for i in range(p, T) if get(i) is not None]
+        row["forgetting"] = (max(kept) - row["final"]) if kept and row["final"] is not None and p < T else None
+        for s in range(p + 1, T + 1):
+            before, after = get(s - 1), get(s)
+            row[f"drop {order[s - 1]}"] = None if before is None or after is None else before - after
+        rows.append(row)
+    return rows
+
+
+def positions_frame(results: Mapping[tuple[str, ...], tuple[Sequence[str], Mapping]]):
+    """DataFrame of :func:`position_rows` over every order, ``results`` = ``{order: (run names, scores)}``."""
+    import pandas as pd
+
+    rows = [r for order, (names, scores) in results.items() for r in position_rows(order, names, scores)]
+    cols = ["order", "domain", "benchmark", "position", "followed by", "base", "after own stage", "final",
+            "forgetting"] + [f"drop {d}" for d in STUDY_ORDER]
+    frame = pd.DataFrame(rows)
+    for c in frame.columns:
+        if c not in ("order", "domain", "benchmark", "position", "followed by"):
+            frame[c] = frame[c].astype(float)
+    return frame.reindex(columns=[c for c in cols if c in frame.columns]) if len(frame) else pd.DataFrame(columns=cols)
+
+
+def ecom_damage(frame) -> list[dict]:
+    """Per order: the mean drop the e-commerce stage caused on the domains trained before it, and the mean drop
+    of every other later stage on those domains; ``ecom largest`` when the retail stage's drop is the largest."""
+    out = []
+    for order, part in frame.groupby("order", sort=False):
+        drops = {}
+        for d in STUDY_ORDER:
+            col = f"drop {d}"
+            if col in part:
+                vals = [v for v in part[col].tolist() if v is not None and v == v]
+                if vals:
+                    drops[d] = statistics.fmean(vals)
+        row = {"order": order, **{f"mean drop {d}": drops.get(d) for d in STUDY_ORDER}}
+        row["largest"] = max(drops, key=drops.get) if drops else None
+        # an order that starts with ecom has nothing before the retail stage to damage: not comparable
+        row["ecom largest"] = (row["largest"] == "ecom") if "ecom" in drops else None
+        out.append(row)
+    return out
+
+
+def ecom_frame(frame):
+    import pandas as pd
+
+    return pd.DataFrame(ecom_damage(frame)).set_index("order") if len(frame) else pd.DataFrame()
+
+
+def forgetting_figure(frame):
+    """Forgetting of each domain (points) against its position in the curriculum, one line per domain."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for d in STUDY_ORDER:
+        part = frame[frame["domain"] == d].sort_values("position")
+        if len(part):
+            fig.add_trace(go.Scatter(x=part["position"], y=part["forgetting"], mode="lines+markers", name=d,
+                                     text=part["order"], hovertemplate="%{text}: %{y:.1f}<extra>" + d + "</extra>"))
+    fig.update_layout(title="Forgetting by position (best score from its own stage to the one before the last, minus "
+                            "final)", xaxis={"title": "position in the curriculum", "dtick": 1},
+                      yaxis={"title": "points"}, height=380)
+    return fig
+
+
+def reading(frame, ecom: list[dict]) -> str:
+    """Markdown computed from the numbers: per domain, the position where it forgets most, and where the
+    e-commerce stage's damage falls."""
+    if not len(frame):
+        return "No order has been scored yet."
+    lines = []
+    for d in STUDY_ORDER:
+        part = frame[(frame["domain"] == d) & frame["forgetting"].notna()]
+        if not len(part):
+            continue
+        worst = part.loc[part["forgetting"].idxmax()]
+        lines.append(f"- **{d}** ({worst['benchmark']}): forgetting "
+                     + ", ".join(f"{f:.1f} at position {int(p)}" for p, f in zip(part["position"], part["forgetting"]))
+                     + f"; most at position {int(worst['position'])} (followed by {worst['followed by'] or '-'}).")
+    n_ecom = [e for e in ecom if e["ecom largest"] is not None]
+    if n_ecom:
+        k = sum(bool(e["ecom largest"]) for e in n_ecom)
+        lines.append(f"\nThe e-commerce stage caused the largest mean drop on the domains trained before it in {k} of "
+                     f"{len(n_ecom)} orders where a domain was trained before it"
+                     + (": the damage follows the retail stage wherever it is placed." if k == len(n_ecom) else
+                        "; elsewhere the largest drop came from: "
+                        + ", ".join(f"{e['order']} ({e['largest']})" for e in n_ecom if not e["ecom largest"]) + "."))
+    return "\n".join(lines)

@@ -1,0 +1,311 @@
+"""Notebook 12's library (acl_lib.final): aggregation over seeds, missing runs, the findings' rules, the HTML report;
+acl run's plan (12 once after every seed, 13 opt-in); notebook 13's position tables (acl_lib.curriculum)."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from acl_lib import curriculum, final
+from acl_lib import notebooks as nbs
+from acl_lib.report import paper_results
+
+SEQ = ["base", "seq_math", "seq_search", "seq_ecom", "seq_if"]
+CUR = ["math", "search", "ecom", "if"]
+
+
+def _scores(aime=0.0, nq=0.0, retail=0.0, ifeval=0.0, ood=0.0) -> dict:
+    s = {"aime26": aime, "nq": nq, "retail": retail, "ifeval": ifeval}
+    s.update({b: ood for b in final.OOD_BENCHMARKS})
+    return s
+
+
+def write_metrics(seed_dir: Path, run: str, scores: dict) -> None:
+    p = seed_dir / run / "eval" / "metrics.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps({"scores": scores, "k": 1}))
+
+
+def make_data(rows: dict[str, dict[int, dict]], diagnostics: dict | None = None, seeds=(0, 1, 2)) -> final.FinalData:
+    return final.FinalData(seeds=list(seeds), curriculum=CUR, seq_runs=SEQ, final_run="seq_if",
+                           scores={r: dict(v) for r, v in rows.items()}, diagnostics=diagnostics or {},
+                           study=paper_results())
+
+
+# A trajectory like the study's: each stage lifts its own domain, ecom pulls math and search down.
+STUDY_LIKE = {
+    "base": _scores(5, 10, 0, 20),
+    "seq_math": _scores(40, 10, 0, 20),
+    "seq_search": _scores(38, 45, 0, 20),
+    "seq_ecom": _scores(10, 15, 30, 20),
+    "seq_if": _scores(12, 30, 28, 80),
+    "oracle_math": _scores(40, 5, 0, 20),
+    "oracle_search": _scores(5, 45, 0, 20),
+    "oracle_ecom": _scores(5, 5, 30, 20),
+    "oracle_if": _scores(5, 5, 0, 85),
+}
+
+
+def _jitter(scores: dict, d: float) -> dict:
+    return {b: v + d for b, v in scores.items()}
+
+
+def seeded(rows: dict[str, dict], seeds=(0, 1, 2)) -> dict[str, dict[int, dict]]:
+    return {r: {s: _jitter(v, 0.5 * s) for s in seeds} for r, v in rows.items()}
+
+
+def verdicts(data) -> dict[str, str]:
+    return {r["finding"]: r["verdict"] for r in final.findings(data)}
+
+
+# --- aggregation ------------------------------------------------------------------------------------------
+
+
+def test_mean_std_over_seeds_and_missing_runs(tmp_path):
+    dirs = {s: tmp_path / f"seed{s}" for s in (0, 1, 2)}
+    for s, d in dirs.items():
+        for run in SEQ[:-1]:
+            write_metrics(d, run, _scores(aime=10.0 * (s + 1), nq=4.0))
+        if s != 2:
+            write_metrics(d, "seq_if", _scores(aime=1.0 + s))
+    (dirs[0] / "diagnostics").mkdir()
+    (dirs[0] / "diagnostics" / "weights.json").write_text(json.dumps({"cosine_summary": {"unrelated_oracles": 0.02, "n_unrelated": 6}}))
+    data = final.collect(dirs, CUR, SEQ)
+
+    assert final.summarize([10, 20, 30]) == (20.0, 10.0, 3)
+    assert final.summarize([7.0, None]) == (7.0, 0.0, 1)
+    assert final.summarize([]) == (None, None, 0)
+    traj = final.trajectory_frame(data)
+    assert traj.loc["seq_math", ("aime26", "ours")] == "20.0 ± 10.0"
+    assert traj.loc["seq_math", ("nq", "ours")] == "4.0 ± 0.0"
+    assert traj.loc["seq_math", ("aime26", "study")] == "25.8"  # paper_results.yaml sequential
+    assert traj.loc["seq_if", ("seeds", "")] == 2 and traj.loc["seq_if", ("aime26", "ours")] == "1.5 ± 0.7"
+
+    missing = final.missing_frame(data)
+    assert missing.loc["seq_if", "seeds"] == "2" and missing.loc["seq_if", "present for"] == "0, 1"
+    assert missing.loc["mmopd", "seeds"] == "0, 1, 2" and missing.loc["mmopd", "written by"] == "08"
+    assert missing.loc["diagnostics/weights.json", "seeds"] == "1, 2"
+    assert missing.loc["diagnostics/tokens.json", "written by"] == "07"
+
+    main = final.main_frame(data, "in_domain")  # only seq_final has scores: the other rows are left out
+    assert list(main.index) == ["seq_final"]
+    assert main.loc["seq_final", ("retail", "study")] == "29.6"
+    assert ("in-domain mean", "ours") in main.columns
+    assert len(final.main_frame(data, "ood", include_missing=True)) == len(final.main_rows(data))
+
+    cl = final.cl_frame(data)  # no cl_metrics.json: computed from the scores of the seeds with a whole sequence
+    assert cl.attrs["sources"] == {0: "metrics.json", 1: "metrics.json"}
+    assert cl.loc["forgetting: aime26", "seed 0"] == "9.0" and cl.loc["forgetting: aime26", "seed 2"] == "-"
+    assert cl.loc["mean forgetting", "study"] == "10.6"
+
+
+# --- the findings' rules ------------------------------------------------------------------------------------
+
+
+def test_sequence_rules_f1_f2_reproduced_not_reproduced_not_testable():
+    assert verdicts(make_data(seeded(STUDY_LIKE)))["F1"] == final.REPRODUCED
+    assert verdicts(make_data(seeded(STUDY_LIKE)))["F2"] == final.REPRODUCED
+
+    # no forgetting: every stage keeps the earlier domains' scores; the if stage is the one that costs math + search
+    flat = dict(STUDY_LIKE, seq_search=_scores(40, 45, 0, 20), seq_ecom=_scores(40, 45, 30, 20),
+                seq_if=_scores(40, 45, 30, 80))
+    v = verdicts(make_data(seeded(flat)))
+    assert v["F1"] == final.NOT_REPRODUCED and v["F2"] == final.NOT_REPRODUCED
+    if_hurts = dict(STUDY_LIKE, seq_ecom=_scores(38, 45, 30, 20), seq_if=_scores(5, 10, 30, 80))
+    row = final.rule_f2(make_data(seeded(if_hurts)))
+    assert row["verdict"] == final.NOT_REPRODUCED and "largest: if" in row["detail"]
+
+    # a spread larger than the mean is not forgetting beyond the seed spread
+    noisy = {r: {0: v, 1: v, 2: v} for r, v in STUDY_LIKE.items()}
+    noisy["seq_if"] = {0: _scores(70, 80, 28, 80), 1: _scores(12, 30, 28, 80), 2: _scores(60, 70, 28, 80)}
+    noisy["seq_search"] = {s: _scores(38, 45, 0, 20) for s in (0, 1, 2)}
+    assert final.rule_f1(make_data(noisy))["verdict"] == final.NOT_REPRODUCED
+
+    # nothing ever rose above the base: not testable; a stage missing everywhere: not testable
+    dead = {r: {s: _scores() for s in (0, 1, 2)} for r in SEQ}
+    v = verdicts(make_data(dead))
+    assert v["F1"] == final.NOT_TESTABLE and v["F2"] == final.NOT_TESTABLE
+    partial = seeded({r: STUDY_LIKE[r] for r in SEQ[:-1]})
+    row = final.rule_f1(make_data(partial))
+    assert row["verdict"] == final.NOT_TESTABLE and "seq_if" in row["detail"]
+
+
+def _tokens(low_stable, high_consistency):
+    ck = {"low_entropy_stable": low_stable, "high_entropy_consistency": high_consistency,
+          "changed_share_in_high_entropy": 0.3}
+    return {"high_entropy_fraction": 0.06, "checkpoints": {"seq_search": ck, "seq_ecom": ck, "seq_if": ck}}
+
+
+def _weights(cos, ratios):
+    return {"cosine_summary": {"unrelated_oracles": cos, "n_unrelated": 6},
+            "sft_vs_rl": [{"checkpoint": f"c{i}", "sft_over_rl": r} for i, r in enumerate(ratios)]}
+
+
+def test_diagnostics_rules_f3_f4_f5():
+    good = {"tokens": {s: _tokens(0.95, 0.5) for s in (0, 1, 2)},
+            "weights": {s: _weights(0.03 * (s - 1), [4.0, 6.0, None]) for s in (0, 1, 2)}}
+    v = verdicts(make_data(seeded(STUDY_LIKE), good))
+    assert v["F3"] == v["F4"] == v["F5"] == final.REPRODUCED
+    row = final.rule_f5(make_data(seeded(STUDY_LIKE), good))
+    assert row["ours"] == "5.0 ± 0.0" and row["study"] == "3 to 7"
+
+    bad = {"tokens": {0: _tokens(0.3, 0.2)}, "weights": {0: _weights(0.4, [0.5, 0.8])}}
+    v = verdicts(make_data(seeded(STUDY_LIKE), bad))
+    assert v["F3"] == v["F4"] == v["F5"] == final.NOT_REPRODUCED
+    # stable, but high-entropy positions change no more often than low-entropy ones
+    assert final.rule_f3(make_data(seeded(STUDY_LIKE), {"tokens": {0: _tokens(0.95, 0.97)}}))["verdict"] == final.NOT_REPRODUCED
+
+    v = verdicts(make_data(seeded(STUDY_LIKE), {}))
+    assert v["F3"] == v["F4"] == v["F5"] == final.NOT_TESTABLE
+    rl_free = {"weights": {0: {"cosine_summary": {"unrelated_oracles": None, "n_unrelated": 0},
+                               "sft_vs_rl": [{"sft_over_rl": None}]}}}
+    v = verdicts(make_data(seeded(STUDY_LIKE), rl_free))
+    assert v["F4"] == v["F5"] == final.NOT_TESTABLE
+
+
+def test_consolidation_rules_f6_f7_f8():
+    rows = dict(STUDY_LIKE,
+                mmopd=_scores(30, 40, 20, 75, ood=10), sdft=_scores(30, 40, 15, 60, ood=8),
+                merge_uniform=_scores(20, 30, 5, 70, ood=9), merge_ties=_scores(25, 35, 10, 70, ood=9),
+                mle=_scores(39, 44, 29, 84, ood=12))
+    v = verdicts(make_data(seeded(rows)))
+    assert v["F6"] == v["F7"] == v["F8"] == final.REPRODUCED
+
+    # a consolidation at or above seq_final and every oracle on all four: F6 fails; uniform not the weakest: F8 fails;
+    # MLE far below the oracles: F7 fails
+    winner = dict(rows, sdft=_scores(41, 46, 31, 86, ood=8), merge_uniform=_scores(30, 40, 25, 70, ood=9),
+                  mle=_scores(20, 20, 10, 50, ood=12))
+    v = verdicts(make_data(seeded(winner)))
+    assert v["F6"] == v["F7"] == v["F8"] == final.NOT_REPRODUCED
+    assert "sdft" in final.rule_f6(make_data(seeded(winner)))["detail"]
+    # MLE close in-domain but far behind out of domain
+    ood_weak = dict(rows, mle=_scores(39, 44, 29, 84, ood=0), mmopd=_scores(30, 40, 20, 75, ood=30))
+    assert final.rule_f7(make_data(seeded(ood_weak)))["verdict"] == final.NOT_REPRODUCED
+
+    # missing runs, and agentic domains that never rose
+    v = verdicts(make_data(seeded(STUDY_LIKE)))
+    assert v["F6"] == v["F7"] == v["F8"] == final.NOT_TESTABLE
+    assert "mle" in final.rule_f7(make_data(seeded(STUDY_LIKE)))["detail"]
+    flat_agentic = {r: {seed: {k: (0.0 if k in ("nq", "retail") else x) for k, x in sc.items()}
+                        for seed, sc in per.items()} for r, per in seeded(rows).items()}
+    row = final.rule_f8(make_data(flat_agentic))
+    assert row["verdict"] == final.NOT_TESTABLE and "never rose" in row["detail"]
+    assert final.rule_f8(make_data(seeded(dict(STUDY_LIKE, merge_uniform=rows["merge_uniform"]))))["verdict"] == final.NOT_TESTABLE
+
+
+def test_every_finding_row_names_its_rule_and_the_study():
+    rows = final.findings(make_data(seeded(STUDY_LIKE)))
+    assert [r["finding"] for r in rows] == [f"F{i}" for i in range(1, 9)]
+    for r in rows:
+        assert r["claim"] and r["rule"] and r["quantity"] and r["verdict"] in (
+            final.REPRODUCED, final.NOT_REPRODUCED, final.NOT_TESTABLE)
+    assert "reproduced" in final.verdict_summary(rows)
+    assert final.findings_frame(rows).shape[0] == 8
+
+
+# --- the report --------------------------------------------------------------------------------------------
+
+
+class _Doc(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.title, self.tables, self.divs, self.links, self._in_title = "", [], [], [], False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "title":
+            self._in_title = True
+        elif tag == "table":
+            self.tables.append(a.get("id"))
+        elif tag == "div" and a.get("id"):
+            self.divs.append(a["id"])
+        elif tag == "a" and a.get("href"):
+            self.links.append(a["href"])
+
+    def handle_endtag(self, tag):
+        if tag == "title":
+            self._in_title = False
+
+    def handle_data(self, data):
+        if self._in_title:
+            self.title += data
+
+
+def test_write_report_structure(tmp_path):
+    out, pm = tmp_path / "out", tmp_path / "pm"
+    overrides = [f"output_dir={out}", f"papermill_dir={pm}"]
+    for s in (0, 1):
+        d = out / "smoke" / f"seed{s}"
+        for run, sc in STUDY_LIKE.items():
+            write_metrics(d, run, _jitter(sc, s))
+            (d / run / "config.yaml").write_text(f"# run {run}: config_hash abc{s}\nseed: {s}\n")
+        (pm / "smoke" / f"seed{s}").mkdir(parents=True)
+        (pm / "smoke" / f"seed{s}" / "00_base_model.ipynb").write_text("{}")
+    (pm / "smoke" / "12_final_tables.ipynb").write_text("{}")
+
+    path = final.write_report("smoke", [0, 1], overrides)
+    assert path == out / "smoke" / "report.html"
+    text = path.read_text()
+    doc = _Doc()
+    doc.feed(text)
+    assert doc.title.startswith("ACLArena suite: final report (profile smoke, seeds 0, 1)")
+    assert {"findings", "trajectory", "main-in-domain", "main-ood", "cl-metrics", "missing"} <= set(doc.tables)
+    assert "figure-0" in doc.divs and "figure-1" in doc.divs
+    assert text.count("Plotly.newPlot") >= 2 and "<script src=" not in text  # plotly.js inlined: opens offline
+    assert len(doc.links) == 3
+    for href in doc.links:
+        assert (path.parent / href).resolve().is_file(), href
+    assert "config_hash abc1" in text and "seq_ecom" in text
+    assert "mmopd" in text  # listed as missing
+
+
+# --- acl run's plan ------------------------------------------------------------------------------------------
+
+
+def test_plan_runs_12_once_after_every_seed_and_13_only_when_asked(tmp_path):
+    names = ["00_base_model", "01_seq_stage_1", "11_mle", "12_final_tables", "13_curriculum_orders"]
+    paths = [tmp_path / f"{n}.ipynb" for n in names]
+    default = nbs.default_notebooks(paths, None)
+    assert [p.name[:2] for p in default] == ["00", "01", "11", "12"]
+    assert nbs.default_notebooks(paths[-1:], ["13"]) == paths[-1:]
+
+    jobs = nbs.plan_jobs(default, [0, 1, 2])
+    assert [(j.notebook.name[:2], j.seed, j.seeds) for j in jobs] == [
+        ("00", 0, None), ("01", 0, None), ("11", 0, None), ("00", 1, None), ("01", 1, None), ("11", 1, None),
+        ("00", 2, None), ("01", 2, None), ("11", 2, None), ("12", 0, (0, 1, 2))]
+    last = jobs[-1]
+    assert last.parameters("mini", ["eval.k=2"]) == {"profile": "mini", "seed": 0, "overrides": ["eval.k=2"],
+                                                     "seeds": [0, 1, 2]}
+    assert last.output("pm", "mini") == Path("pm/mini/12_final_tables.ipynb")
+    assert jobs[3].output("pm", "mini") == Path("pm/mini/seed1/00_base_model.ipynb")
+    assert "seeds" not in jobs[0].parameters("mini", [])
+    assert [j.seed for j in nbs.plan_jobs(paths[-1:], [0, 1])] == [0, 1]  # 13 runs per seed
+
+
+# --- notebook 13's tables ------------------------------------------------------------------------------------
+
+
+def test_curriculum_positions_and_ecom_damage():
+    assert curriculum.rotations(CUR) == [CUR, ["search", "ecom", "if", "math"], ["ecom", "if", "math", "search"],
+                                         ["if", "math", "search", "ecom"]]
+    names = SEQ
+    order_b = ["search", "ecom", "if", "math"]
+    sc_b = {"base": _scores(5, 10, 0, 20), "seq_math": _scores(5, 40, 0, 20), "seq_search": _scores(5, 12, 30, 20),
+            "seq_ecom": _scores(5, 20, 25, 80), "seq_if": _scores(40, 18, 20, 70)}
+    frame = curriculum.positions_frame({tuple(CUR): (names, STUDY_LIKE), tuple(order_b): (names, sc_b)})
+    a = frame[(frame["order"] == curriculum.order_label(CUR)) & (frame["domain"] == "math")].iloc[0]
+    assert a["position"] == 1 and a["followed by"] == "search" and a["after own stage"] == 40
+    assert a["forgetting"] == 28 and a["drop ecom"] == 28 and a["drop search"] == 2
+    b = frame[(frame["order"] == curriculum.order_label(order_b)) & (frame["domain"] == "search")].iloc[0]
+    assert b["position"] == 1 and b["drop ecom"] == 28 and b["forgetting"] == 40 - 18
+    damage = {d["order"]: d for d in curriculum.ecom_damage(frame)}
+    assert damage[curriculum.order_label(CUR)]["ecom largest"] is True
+    assert damage[curriculum.order_label(order_b)]["ecom largest"] is True
+    text = curriculum.reading(frame, list(damage.values()))
+    assert "2 of 2 orders" in text and "wherever it is placed" in text
+    first = ["ecom", "if", "math", "search"]
+    frame = curriculum.positions_frame({tuple(first): (names, sc_b)})
+    assert curriculum.ecom_damage(frame)[0]["ecom largest"] is None  # nothing trained before the retail stage
