@@ -565,6 +565,11 @@ def _md_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+# The consolidation runs the README's results show beside seq_final, in the notebooks' order (08, 09, 10).
+CONSOLIDATION_ROWS = ("mmopd", "mmopd_rkl", "mmopd_single", "sdft", "sdft_base", "merge_uniform", "merge_grid",
+                      "merge_balanced", "merge_ties", "merge_dare", "merge_oracles")
+
+
 def results_markdown(cfg) -> str:
     """The results section of the README, from the run store of ``cfg`` (profile, seed): every checkpoint's
     scores (this stage's own benchmark in bold), the study's in-domain figures beside the final and the
@@ -612,6 +617,15 @@ def results_markdown(cfg) -> str:
     if cmp_rows:
         out += ["Beside the study (ours, then the study's in parentheses; in-domain benchmarks):", "",
                 _md_table(["run"] + list(IN_DOMAIN.values()), cmp_rows), ""]
+    consolidations = load_scores(cfg.seed_dir(), list(CONSOLIDATION_ROWS))
+    if consolidations and final in scores:
+        rows = []
+        for run, s in [("seq_final", scores[final])] + list(consolidations.items()):
+            theirs = paper.get(run) or {}
+            rows.append([run] + [f"{s.get(b, float('nan')):.1f}" + (f" ({theirs[b]:.1f})" if b in theirs else "")
+                                 for b in IN_DOMAIN.values()])
+        out += ["The consolidations of `seq_final` (notebooks 08-10; the study's figure in parentheses where it reports "
+                "one):", "", _md_table(["run"] + list(IN_DOMAIN.values()), rows), ""]
     lifts = []
     prev = "base"
     for run, d in zip(seq, cfg.pipeline.curriculum):

@@ -116,7 +116,8 @@ def render_card(card: dict) -> str:
         "",
         f"- Context-copy gain (`python benchmarks/context_copy.py acl_lib/data/mini_base`): **{gain.get('gain')} "
         f"nats** per token (first copy {gain.get('first')}, second {gain.get('second')}); ~0 means no copying.",
-        "- Scores on the mini suite (percent; world seed 0, greedy):",
+        "- Scores on the mini suite (percent; world seed 0, greedy"
+        + (f"; {card['scores_note']}" if card.get("scores_note") else "") + "):",
         "",
         "| " + " | ".join(scores) + " |",
         "|" + "---:|" * len(scores),
