@@ -341,6 +341,9 @@ def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]
     print(f"\nacl run: {len(jobs)} notebook(s) executed in {_fmt_s(time.time() - t0)}")
     for seed, cfg in cfgs.items():
         print(f"  seed {seed}: results in {cfg.seed_dir()}/  executed notebooks in {Path(cfg.papermill_dir) / args.profile / f'seed{seed}'}/")
+    if any(job.seeds is not None for job in jobs):
+        print(f"  over all seeds: {Path(cfgs[args.seeds[0]].papermill_dir) / args.profile}/ (notebook 12), report "
+              f"{cfgs[args.seeds[0]].seed_dir().parent / 'report.html'}")
     print(f"  see also: acl status --profile {args.profile} --seeds {' '.join(map(str, args.seeds))}")
     return 0
 

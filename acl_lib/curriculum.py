@@ -128,9 +128,10 @@ def ecom_damage(frame) -> list[dict]:
                 if vals:
                     drops[d] = statistics.fmean(vals)
         row = {"order": order, **{f"mean drop {d}": drops.get(d) for d in STUDY_ORDER}}
-        row["largest"] = max(drops, key=drops.get) if drops else None
+        # no stage lost anything (nothing rose at this scale): no largest
+        row["largest"] = max(drops, key=drops.get) if drops and max(drops.values()) > 0 else None
         # an order that starts with ecom has nothing before the retail stage to damage: not comparable
-        row["ecom largest"] = (row["largest"] == "ecom") if "ecom" in drops else None
+        row["ecom largest"] = (row["largest"] == "ecom") if "ecom" in drops and row["largest"] else None
         out.append(row)
     return out
 
@@ -172,7 +173,10 @@ def reading(frame, ecom: list[dict]) -> str:
                      + ", ".join(f"{f:.1f} at position {int(p)}" for p, f in zip(part["position"], part["forgetting"]))
                      + f"; most at position {int(worst['position'])} (followed by {worst['followed by'] or '-'}).")
     n_ecom = [e for e in ecom if e["ecom largest"] is not None]
-    if n_ecom:
+    if not n_ecom:
+        lines.append("\nNo order scored so far has a later stage that lowered the domains trained before the retail "
+                     "stage: where the e-commerce damage falls cannot be read here.")
+    else:
         k = sum(bool(e["ecom largest"]) for e in n_ecom)
         lines.append(f"\nThe e-commerce stage caused the largest mean drop on the domains trained before it in {k} of "
                      f"{len(n_ecom)} orders where a domain was trained before it"

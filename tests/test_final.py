@@ -309,3 +309,8 @@ def test_curriculum_positions_and_ecom_damage():
     first = ["ecom", "if", "math", "search"]
     frame = curriculum.positions_frame({tuple(first): (names, sc_b)})
     assert curriculum.ecom_damage(frame)[0]["ecom largest"] is None  # nothing trained before the retail stage
+    flat = {n: _scores() for n in names}  # nothing rose, nothing lost: no largest stage
+    frame = curriculum.positions_frame({tuple(CUR): (names, flat)})
+    damage = curriculum.ecom_damage(frame)
+    assert damage[0]["largest"] is None and damage[0]["ecom largest"] is None
+    assert "cannot be read here" in curriculum.reading(frame, damage)
