@@ -419,6 +419,49 @@ class SDFTConfig(_Section):
     _mixture = field_validator("mixture")(classmethod(lambda cls, v: _check_mixture(v)))
 
 
+class MLEConfig(_Section):
+    """Modular LoRA experts on a frozen SDFT backbone, routed by the context (notebook 11, ``acl_lib.consolidate.mle``)."""
+
+    # PEFT LoraConfig of every expert
+    rank: int = Field(8, ge=1)
+    alpha: float = Field(16.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                               "gate_proj", "up_proj", "down_proj"])
+    # Each expert trains with its stage's recipe (cfg.for_stage(d): cold start where pipeline.cold_start says,
+    # then GRPO) with these budgets in place of the stage's (LoRA steps are far fewer than a stage's).
+    num_demos: int = Field(64, ge=1)  # cold-start demos (at most the stage's own sft.num_demos)
+    sft_max_steps: int = Field(40, ge=0)
+    sft_learning_rate: float = Field(1e-3, gt=0)
+    grpo_max_steps: int = Field(10, ge=0)
+    grpo_learning_rate: float = Field(2e-4, gt=0)
+    # Further per-expert settings, as dotted overrides on top of the above (e.g. {"ecom": ["grpo.max_steps=2"]}).
+    stage_overrides: dict[str, list[str]] = Field(default_factory=dict)
+    ablation_ranks: list[int] = Field(default_factory=lambda: [4, 16])  # the rank ablation's two values
+    # The learned router: logistic regression on hashed bag-of-words of the first context, trained on training-split
+    # contexts of each stage world and scored on disjoint held-out ones.
+    router_train: int = Field(64, ge=1)  # training contexts per domain
+    router_heldout: int = Field(32, ge=1)  # held-out contexts per domain (other tasks of the training split)
+    router_features: int = Field(4096, ge=16)  # hash buckets of the bag of words (+ bigrams)
+    router_steps: int = Field(300, ge=1)
+    router_l2: float = Field(1e-3, ge=0)
+    fallback: Literal["math", "search", "ecom", "if"] = "if"  # the context router's choice when no rule fires
+    # Measurements and stress cases
+    latency_batch: int = Field(4, ge=1)  # episodes in the timed batch (one per domain, repeated)
+    latency_new_tokens: int = Field(32, ge=1)
+    latency_repeats: int = Field(2, ge=1)
+    stress_tasks: int = Field(4, ge=1)  # episodes per stress case
+    switch_turn: int = Field(1, ge=1)  # the mid-episode change: the desk changes after this many assistant turns
+
+    @field_validator("stage_overrides")
+    @classmethod
+    def _check_overrides(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        bad = [d for d in v if d not in DOMAINS]
+        if bad:
+            raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+        return v
+
+
 class LauncherConfig(_Section):
     mode: Literal["in_process", "multi_process", "multi_node"] = "in_process"
     num_processes: int = Field(1, ge=1)  # per node
@@ -454,6 +497,7 @@ class Config(_Section):
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     mmopd: MMOPDConfig = Field(default_factory=MMOPDConfig)
     sdft: SDFTConfig = Field(default_factory=SDFTConfig)
+    mle: MLEConfig = Field(default_factory=MLEConfig)
     launcher: LauncherConfig = Field(default_factory=LauncherConfig)
 
     @model_validator(mode="after")

@@ -135,7 +135,7 @@ class TurnGenerator:
         cache = DynamicCache(config=self.model.config)
         with torch.no_grad():
             self.model(input_ids=torch.tensor([prefix], device=self._device()), cache=cache, use_cache=True,
-                       logits_to_keep=1)
+                       logits_to_keep=1, **self.row_kwargs([fresh[0][0]]))
         kv = [(k[0], v[0]) for k, v in _layers(cache)]
         self.stats["encoded_tokens"] += shared
         for key, _ in fresh:
@@ -179,6 +179,7 @@ class TurnGenerator:
             res = self.model.generate(
                 input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens, pad_token_id=self.pad,
                 eos_token_id=sorted(self.eos), return_dict_in_generate=True, use_cache=True, cache=cache, **sampling,
+                **self.row_kwargs([rows[i][0] for i, _ in chunk]),
             )
         seqs = res.sequences
         T = seqs.shape[1] - (C + S)
@@ -200,6 +201,11 @@ class TurnGenerator:
                       for k, v, *_ in _layers(cache)]
                 self.entries[key] = _Entry(ids=list(ids) + kept, kv=kv)
         return outs
+
+    def row_kwargs(self, keys: Sequence[Hashable]) -> dict:
+        """Extra keyword arguments of the model call for rows of these episode keys, in row order: none here (a
+        subclass passes PEFT's per-row ``adapter_names``, ``acl_lib.consolidate.mle``)."""
+        return {}
 
     def _device(self):
         return next(self.model.parameters()).device
