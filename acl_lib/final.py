@@ -551,7 +551,7 @@ def rule_f7(data: FinalData) -> dict:
     """F7: MLE within F7_POINTS of the oracles in-domain (mean gap over the four domains) and best or within
     F7_POINTS of the best OOD mean among seq_final, the consolidations and MLE."""
     rule = (f"mean over domains of (mle - oracle) >= -{F7_POINTS:g} points in-domain, and mle's OOD mean >= the best "
-            f"OOD mean of seq_final and the consolidations - {F7_POINTS:g}")
+            f"OOD mean of seq_final and the consolidations - {F7_POINTS:g}; not testable when every oracle scores 0")
     quantity = "mle - oracle, in-domain mean gap; mle OOD mean vs the best other"
     mt = data.study.get("main_table", {})
     gaps = [mt.get("mle", {}).get(IN_DOMAIN[d], math.nan) - mt.get(f"oracle_{d}", {}).get(IN_DOMAIN[d], math.nan)
@@ -560,6 +560,9 @@ def rule_f7(data: FinalData) -> dict:
     missing = _missing(data, ["mle", "seq_final", *data.oracles])
     if missing:
         return _finding("F7", data, quantity, "-", study, NOT_TESTABLE, rule, f"runs missing: {', '.join(missing)}")
+    if not any((data.mean(f"oracle_{d}", IN_DOMAIN[d]) or 0.0) > 0 for d in data.curriculum):
+        return _finding("F7", data, quantity, "-", study, NOT_TESTABLE, rule,
+                        "no oracle rose above 0 on its own benchmark: nothing for MLE to sit next to")
     per_seed = []
     for s in _complete_seeds(data, ["mle", *data.oracles]):
         per_seed.append(statistics.fmean((data.row("mle")[s].get(IN_DOMAIN[d]) or 0.0)

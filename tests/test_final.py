@@ -191,6 +191,9 @@ def test_consolidation_rules_f6_f7_f8():
     assert "mle" in final.rule_f7(make_data(seeded(STUDY_LIKE)))["detail"]
     flat_agentic = {r: {seed: {k: (0.0 if k in ("nq", "retail") else x) for k, x in sc.items()}
                         for seed, sc in per.items()} for r, per in seeded(rows).items()}
+    dead = {r: {seed: {k: 0.0 for k in sc} for seed, sc in per.items()} for r, per in seeded(rows).items()}
+    row = final.rule_f7(make_data(dead))
+    assert row["verdict"] == final.NOT_TESTABLE and "no oracle rose" in row["detail"]
     row = final.rule_f8(make_data(flat_agentic))
     assert row["verdict"] == final.NOT_TESTABLE and "never rose" in row["detail"]
     assert final.rule_f8(make_data(seeded(dict(STUDY_LIKE, merge_uniform=rows["merge_uniform"]))))["verdict"] == final.NOT_TESTABLE
