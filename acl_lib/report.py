@@ -567,7 +567,7 @@ def _md_table(header: list[str], rows: list[list]) -> str:
 
 # The consolidation runs the README's results show beside seq_final, in the notebooks' order (08, 09, 10).
 CONSOLIDATION_ROWS = ("mmopd", "mmopd_rkl", "mmopd_single", "sdft", "sdft_base", "merge_uniform", "merge_grid",
-                      "merge_balanced", "merge_ties", "merge_dare", "merge_oracles")
+                      "merge_balanced", "merge_ties", "merge_dare", "merge_oracles", "mle", "mle_learned")
 
 
 def results_markdown(cfg) -> str:
@@ -624,7 +624,7 @@ def results_markdown(cfg) -> str:
             theirs = paper.get(run) or {}
             rows.append([run] + [f"{s.get(b, float('nan')):.1f}" + (f" ({theirs[b]:.1f})" if b in theirs else "")
                                  for b in IN_DOMAIN.values()])
-        out += ["The consolidations of `seq_final` (notebooks 08-10; the study's figure in parentheses where it reports "
+        out += ["The consolidations of `seq_final` and MLE (notebooks 08-11; the study's figure in parentheses where it reports "
                 "one):", "", _md_table(["run"] + list(IN_DOMAIN.values()), rows), ""]
     lifts = []
     prev = "base"
