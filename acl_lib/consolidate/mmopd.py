@@ -41,7 +41,6 @@ plan beside the job (``<run>/launch/memory_plan.md``).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -395,13 +394,13 @@ def run_mmopd(cfg, spec: DistillSpec, evaluate: bool = True):
 def movement(before_dir, after_dir, train_log=None) -> dict:
     """Did training move the student? The L2 norm of the weight change, relative to the student's own norm
     (streamed over the safetensors files, ``diagnostics.weights``), and the first / last logged loss."""
-    from acl_lib.diagnostics.weights import streamed_gram, task_vector, weights
+    from acl_lib.diagnostics.weights import weight_change
+    from acl_lib.train.common import read_log
 
-    gram = streamed_gram({"before": before_dir, "after": after_dir}, base="before", progress=False)
-    norm, ref = gram.norm(task_vector("after", "before")), gram.norm(weights("before"))
+    norm, ref = weight_change(before_dir, after_dir)
     out = {"update_norm": norm, "student_norm": ref, "relative_update": norm / ref if ref else 0.0}
-    if train_log and Path(train_log).is_file():
-        losses = [r["loss"] for r in map(json.loads, Path(train_log).read_text().splitlines()) if "loss" in r]
+    if train_log:
+        losses = [r["loss"] for r in read_log(train_log) if "loss" in r]
         if losses:
             out.update(loss_first=losses[0], loss_last=losses[-1], loss_steps=len(losses))
     return out

@@ -598,11 +598,9 @@ def sdft_run(cfg, spec: SDFTSpec):
 
 def displacement(before, after, progress: bool = False) -> dict:
     """``||theta_after - theta_before||`` and ``||theta_before||`` (streamed over the safetensors files)."""
-    from acl_lib.diagnostics.weights import resolve_model_dir, streamed_gram, update, weights
+    from acl_lib.diagnostics.weights import weight_change
 
-    gram = streamed_gram({"before": resolve_model_dir(before), "after": Path(after)}, base="before",
-                         progress=progress)
-    norm, ref = gram.norm(update("after", "before")), gram.norm(weights("before"))
+    norm, ref = weight_change(before, after, progress)
     return {"displacement_norm": norm, "start_norm": ref, "relative_displacement": norm / ref if ref else None}
 
 

@@ -328,6 +328,14 @@ def weights(checkpoint: str) -> dict[str, float]:
     return {checkpoint: 1.0}
 
 
+def weight_change(before: str | Path, after: str | Path, progress: bool = False) -> tuple[float, float]:
+    """``(||theta_after - theta_before||, ||theta_before||)`` of two checkpoints, streamed over their safetensors
+    files: how far a training job moved the model it started from (the consolidations record it)."""
+    gram = streamed_gram({"before": resolve_model_dir(before), "after": resolve_model_dir(after)}, base="before",
+                         progress=progress)
+    return gram.norm(update("after", "before")), gram.norm(weights("before"))
+
+
 # --- the diagnostics of notebook 06 ------------------------------------------------------------------------
 
 
