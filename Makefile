@@ -31,7 +31,7 @@ test: $(STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 rehearsal: $(STAMP)
-	$(VENV)/bin/pytest -m rehearsal tests/test_paper_rehearsal.py $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m rehearsal tests/test_paper_rehearsal.py tests/test_mle.py $(PYTEST_ARGS)
 
 install: $(STAMP)
 

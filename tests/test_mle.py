@@ -71,6 +71,58 @@ def test_backbone_is_bit_identical_after_expert_training(base_dir, tmp_path):
     assert mle.backbone_tensors_equal(model, base_dir)["equal"]
 
 
+def _expert_cfg(tmp_path, **extra):
+    return tiny_cfg(tmp_path, **{"grpo.max_turns": 3, "sft.max_length": 4096, "model.max_position_embeddings": 4096,
+                                 "grpo.max_completion_length": 32, "mle.num_demos": 4, "mle.sft_max_steps": 2,
+                                 "mle.grpo_max_steps": 2, "mle.rank": 2, "mle.target_modules": ["q_proj", "v_proj"],
+                                 **extra})
+
+
+def test_an_interrupted_expert_resumes_without_redoing_finished_work(base_dir, tmp_path):
+    """A crash after the cold start and one GRPO step: the restart keeps the cold start (no SFT step re-run) and
+    continues GRPO from its checkpoint (one more step logged, not two)."""
+    import shutil
+
+    from acl_lib.train.common import read_log
+
+    cfg = _expert_cfg(tmp_path)
+    out = tmp_path / "expert"
+    mle.train_expert(cfg, "search", base_dir, out)
+    sft_dir, grpo_dir = out / mle.SFT_SUBDIR, out / mle.GRPO_SUBDIR
+    sft_model = (sft_dir / "model" / "adapter_model.safetensors").read_bytes()
+    sft_log = (sft_dir / "train_log.jsonl").read_text()
+    steps = lambda: [r["step"] for r in read_log(grpo_dir / "train_log.jsonl") if "loss" in r]  # noqa: E731
+    assert steps() == [1, 2]
+    # the state a crash during GRPO's second step leaves: checkpoint-1, no final model, no adapter
+    shutil.rmtree(grpo_dir / "model")
+    shutil.rmtree(grpo_dir / "checkpoints" / "checkpoint-2")
+    shutil.rmtree(out / mle.ADAPTER_DIR)
+    (grpo_dir / "train_summary.json").unlink()
+    info = mle.train_expert(cfg, "search", base_dir, out)
+    assert (sft_dir / "model" / "adapter_model.safetensors").read_bytes() == sft_model  # not retrained
+    assert (sft_dir / "train_log.jsonl").read_text() == sft_log
+    assert steps() == [1, 2, 2]  # the first run's two steps, then the resumed run's step 2 only
+    assert info["backbone_unchanged_in_memory"] and (out / mle.ADAPTER_DIR / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.rehearsal
+@pytest.mark.timeout(900)
+def test_expert_trains_as_two_process_deepspeed_jobs(base_dir, tmp_path):
+    """Both phases of an expert through the launcher's ``multi_process`` mode (2 DeepSpeed workers, ZeRO-2 on
+    the CPU accelerator): the adapter lands in the run, the backbone's files are unchanged."""
+    cfg = _expert_cfg(tmp_path, **{"launcher.mode": "multi_process", "launcher.num_processes": 2,
+                                   "torch_threads": 2, "sft.batch_size": 2, "grpo.batch_size": 4,
+                                   "grpo.num_generations": 2})
+    before = mle.file_digests(base_dir)
+    info = mle.train_expert(cfg, "search", base_dir, tmp_path / "expert")
+    for sub in (mle.SFT_SUBDIR, mle.GRPO_SUBDIR):
+        summary = json.loads((tmp_path / "expert" / sub / "train_summary.json").read_text())
+        assert summary["world_size"] == 2 and summary["deepspeed_zero_stage"] == 2, summary
+        assert (tmp_path / "expert" / sub / "launch" / "job.log").is_file()
+    assert info["backbone_files_unchanged"] and info["backbone_unchanged_in_memory"]
+    assert mle.file_digests(base_dir) == before
+
+
 # --- routers -----------------------------------------------------------------------------------------------
 
 

@@ -263,35 +263,51 @@ def backbone_tensors_equal(peft_model, model_dir) -> dict:
     return {"equal": not differing, "tensors": n, "differing": differing[:10]}
 
 
-def _lora_sft(ecfg, backbone_dir, rows, out_dir, lora) -> Path:
-    """LoRA-SFT cold start (TRL ``SFTTrainer`` with ``peft_config``); returns the adapter's directory."""
+def _in_memory_check(trainer, backbone_dir) -> dict:
+    """``backbone_tensors_equal`` on the trained model as the job holds it (one process without ZeRO: every
+    backbone tensor whole in memory); under DeepSpeed the parameters are shards, so the check is left to the
+    saved adapter's (``train_expert``)."""
+    if trainer.is_deepspeed_enabled or trainer.args.world_size > 1:
+        return {"backbone_unchanged_in_memory": None}
+    check = backbone_tensors_equal(trainer.model, backbone_dir)
+    if not check["equal"]:
+        raise RuntimeError(f"the backbone changed while the adapter trained: {check['differing']}")
+    return {"backbone_unchanged_in_memory": True}
+
+
+def train_lora_sft(cfg, backbone_dir, dataset, out_dir, rank: int | None = None) -> dict:
+    """The launcher's job ``lora_sft``: the LoRA-SFT cold start of an expert (TRL ``SFTTrainer`` with
+    ``peft_config``) on chat rows (a jsonl path) into ``<out_dir>/model`` (the adapter, PEFT format). ``cfg`` is the
+    expert's recipe (``expert_cfg``). Resumes from ``<out_dir>/checkpoints`` after a crash; returns the summary."""
     from datasets import Dataset
     from trl import SFTTrainer
 
     from acl_lib.train import common, sft
 
-    out_dir = Path(out_dir)
-    adapter = out_dir / ADAPTER_DIR
-    if (adapter / "adapter_config.json").is_file():
-        return adapter
-    model, tok = common.load_model_and_tokenizer(backbone_dir, ecfg)
-    log = common.make_jsonl_logger(out_dir / common.TRAIN_LOG, extra={"job": "mle_sft"})
-    cls = sft._prefix_shared_trainer() if ecfg.sft.share_prefix else SFTTrainer
-    trainer = cls(model=model, args=sft.sft_args(ecfg, out_dir), train_dataset=Dataset.from_list(rows),
-                  processing_class=tok, callbacks=[log], peft_config=lora)
+    common.set_threads(cfg)
+    rows = sft.read_rows(dataset)
+    if not rows:
+        raise ValueError("no LoRA-SFT rows: rejection sampling kept nothing")
+    model, tok = common.load_model_and_tokenizer(backbone_dir, cfg)
+    log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "lora_sft"})
+    cls = sft._prefix_shared_trainer() if cfg.sft.share_prefix else SFTTrainer
+    trainer = cls(model=model, args=sft.sft_args(cfg, out_dir), train_dataset=Dataset.from_list(rows),
+                  processing_class=tok, callbacks=[log], peft_config=lora_config(cfg, rank))
     common.show_progress(trainer, "mle sft")
-    trainer.train()
-    from acl_lib.atomic import atomic_dir
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=common.last_checkpoint(out_dir))
+    wall = time.perf_counter() - t0
+    common.save_final_model(trainer, tok, out_dir)  # a PEFT model saves its adapter only
+    summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="lora_sft",
+                               rows=len(rows), **_in_memory_check(trainer, backbone_dir),
+                               **common.distributed_info(trainer))
+    return common.write_summary(trainer, out_dir, summary)
 
-    with atomic_dir(adapter) as tmp:
-        trainer.model.save_pretrained(str(tmp))
-    return adapter
 
-
-def _lora_grpo(ecfg, domain, backbone_dir, init_adapter, out_dir, lora, env=None, tasks=None):
-    """GRPO on a LoRA adapter of the frozen backbone, the stages' rollouts (``grpo.build_trainer``'s recipe):
-    continuing ``init_adapter`` (the cold start's), or a fresh one through TRL's ``peft_config``. Returns the
-    trained PEFT model (adapter in ``trainer.model``)."""
+def train_lora_grpo(cfg, backbone_dir, domain: str, out_dir, init_adapter=None, rank: int | None = None) -> dict:
+    """The launcher's job ``lora_grpo``: GRPO on a LoRA adapter of the frozen backbone with the stages' rollouts
+    (``grpo.build_trainer``'s recipe), continuing ``init_adapter`` (the cold start's) or a fresh adapter through
+    TRL's ``peft_config``; the adapter goes to ``<out_dir>/model``. Resumes from ``<out_dir>/checkpoints``."""
     import os
 
     from trl import GRPOTrainer
@@ -301,68 +317,109 @@ def _lora_grpo(ecfg, domain, backbone_dir, init_adapter, out_dir, lora, env=None
     from acl_lib.train.grpo import grpo_args
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    env = env if env is not None else trl_env.make_env(domain, ecfg)
-    tasks = tasks if tasks is not None else env.tasks("train", ecfg.worlds.n_train, seed=ecfg.seed)
-    model, tok = common.load_model_and_tokenizer(backbone_dir, ecfg)
+    common.set_threads(cfg)
+    env = trl_env.make_env(domain, cfg)
+    tasks = env.tasks("train", cfg.worlds.n_train, seed=cfg.seed)
+    model, tok = common.load_model_and_tokenizer(backbone_dir, cfg)
     peft_kw = {}
     if init_adapter is not None:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
     else:
-        peft_kw["peft_config"] = lora
+        peft_kw["peft_config"] = lora_config(cfg, rank)
     multi = trl_env.is_multi_turn(tasks)
-    args = grpo_args(ecfg, out_dir, multi_turn=multi, stop_ids=stop_token_ids(tok))
+    args = grpo_args(cfg, out_dir, multi_turn=multi, stop_ids=stop_token_ids(tok))
     data = trl_env.grpo_dataset(tasks)
-    log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "mle_grpo", "domain": domain})
+    log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "lora_grpo", "domain": domain})
     if multi:
-        rollout = trl_env.EpisodeRollout(None, max_new_tokens=ecfg.grpo.max_new_tokens)
+        rollout = trl_env.EpisodeRollout(None, max_new_tokens=cfg.grpo.max_new_tokens)
         rollout.chat_template(tok)
         trainer = GRPOTrainer(model=model, args=args, train_dataset=data, processing_class=tok, callbacks=[log],
-                              environment_factory=trl_env.environment_factory(env, ecfg.grpo.max_turns),
+                              environment_factory=trl_env.environment_factory(env, cfg.grpo.max_turns),
                               rollout_func=rollout, **peft_kw)
     else:
         trainer = GRPOTrainer(model=model, args=args, train_dataset=data, processing_class=tok, callbacks=[log],
                               reward_funcs=[trl_env.EpisodeReward(env, tok)], **peft_kw)
     common.show_progress(trainer, "mle grpo")
-    trainer.train()
-    return trainer.model
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=common.last_checkpoint(out_dir))
+    wall = time.perf_counter() - t0
+    common.save_final_model(trainer, tok, out_dir)
+    summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="lora_grpo",
+                               domain=domain, tasks=len(tasks), multi_turn=multi,
+                               **_in_memory_check(trainer, backbone_dir), **common.distributed_info(trainer))
+    return common.write_summary(trainer, out_dir, summary)
 
 
-def train_expert(cfg, domain: str, backbone_dir, out_dir, rank: int | None = None, env=None, tasks=None) -> dict:
-    """One expert into ``<out_dir>/adapter`` (module docstring); returns ``expert.json``'s content."""
-    from acl_lib.atomic import atomic_dir
+TRAIN_SUMMARY = "train_summary.json"  # = acl_lib.train.common.TRAIN_SUMMARY
+SFT_SUBDIR = "checkpoints/sft"  # the cold start's job directory inside an expert's run
+GRPO_SUBDIR = "checkpoints/grpo"  # the GRPO job's
+
+
+def train_expert(cfg, domain: str, backbone_dir, out_dir, rank: int | None = None) -> dict:
+    """One expert into ``<out_dir>/adapter`` (module docstring); returns ``expert.json``'s content.
+
+    The cold start and the GRPO phase are launcher jobs (``lora_sft``, ``lora_grpo``: in process, on several
+    processes under DeepSpeed, or on several nodes, as ``cfg.launcher`` says, like the stages'). A restart after a
+    crash skips a finished phase (its ``model/`` exists) and resumes an unfinished one from its last checkpoint.
+    """
+    import shutil
+
+    from acl_lib.atomic import atomic_dir, write_json
     from acl_lib.envs import STAGE_ENV, scripted_expert
-    from acl_lib.train import common, sft, trl_env
+    from acl_lib.train import sft, trl_env
+    from acl_lib.train.launcher import launch
     from acl_lib.train.stage import demo_tasks
 
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     ecfg = expert_cfg(cfg, domain)
-    common.set_threads(ecfg)
-    lora = lora_config(cfg, rank)
     before = file_digests(backbone_dir)
     info: dict = {"domain": domain, "backbone": str(backbone_dir), "lora": lora_kwargs(cfg, rank),
                   "cold_start": bool(ecfg.pipeline.cold_start.get(domain))}
-    env = env if env is not None else trl_env.make_env(domain, ecfg)
     init = None
     if info["cold_start"] and ecfg.sft.max_steps > 0:
-        rows, stats = sft.collect_demos(env, scripted_expert(STAGE_ENV.get(domain, domain)), demo_tasks(env, ecfg),
-                                        max_turns=ecfg.grpo.max_turns, num_demos=ecfg.sft.num_demos)
-        info["demos"] = stats
-        init = _lora_sft(ecfg, backbone_dir, rows, out_dir / "checkpoints" / "sft", lora)
+        sft_dir = out_dir / SFT_SUBDIR
+        if not (sft_dir / "model").exists():
+            env = trl_env.make_env(domain, ecfg)
+            rows, stats = sft.collect_demos(env, scripted_expert(STAGE_ENV.get(domain, domain)),
+                                            demo_tasks(env, ecfg), max_turns=ecfg.grpo.max_turns,
+                                            num_demos=ecfg.sft.num_demos)
+            write_json(sft_dir / "demos.json", stats)
+            launch(ecfg, "lora_sft", sft_dir, backbone_dir=str(backbone_dir),
+                   dataset=str(sft.write_rows(rows, sft_dir / "demos.jsonl")), rank=rank)
+        info["demos"] = json.loads((sft_dir / "demos.json").read_text())
+        init = sft_dir / "model"
         info["sft_steps"] = ecfg.sft.max_steps
     if ecfg.grpo.max_steps > 0:
-        model = _lora_grpo(ecfg, domain, backbone_dir, init, out_dir, lora, env=env, tasks=tasks)
+        grpo_dir = out_dir / GRPO_SUBDIR
+        if not (grpo_dir / "model").exists():
+            launch(ecfg, "lora_grpo", grpo_dir, backbone_dir=str(backbone_dir), domain=domain,
+                   init_adapter=str(init) if init is not None else None, rank=rank)
+        final = grpo_dir / "model"
         info["grpo_steps"] = ecfg.grpo.max_steps
-    else:
-        from peft import PeftModel, get_peft_model
+    elif init is not None:
+        final = init
+    else:  # no training at all: an untrained (zero-delta) adapter
+        from peft import get_peft_model
 
+        from acl_lib.train import common
+
+        final = out_dir / "checkpoints" / "untrained"
         model, _ = common.load_model_and_tokenizer(backbone_dir, ecfg)
-        model = PeftModel.from_pretrained(model, str(init)) if init is not None else get_peft_model(model, lora)
+        with atomic_dir(final) as tmp:
+            get_peft_model(model, lora_config(cfg, rank)).save_pretrained(str(tmp))
+    with atomic_dir(out_dir / ADAPTER_DIR) as tmp:  # the adapter alone, in PEFT format
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            shutil.copy2(final / name, tmp / name)
+    # the jobs compared the backbone in their own memory after training (one process); here the saved adapter is
+    # attached to the backbone's files and every base tensor compared again
+    jobs = [json.loads((d / TRAIN_SUMMARY).read_text()) for d in (out_dir / SFT_SUBDIR, out_dir / GRPO_SUBDIR)
+            if (d / TRAIN_SUMMARY).is_file()]
+    info["jobs_backbone_unchanged_in_memory"] = [j.get("backbone_unchanged_in_memory") for j in jobs]
+    model, _ = load_routed_model(backbone_dir, {domain: out_dir / ADAPTER_DIR})
     check = backbone_tensors_equal(model, backbone_dir)
-    with atomic_dir(out_dir / ADAPTER_DIR) as tmp:
-        model.save_pretrained(str(tmp))
     after = file_digests(backbone_dir)
     info.update(backbone_unchanged_in_memory=check["equal"], backbone_tensors=check["tensors"],
                 backbone_differing=check["differing"], backbone_files_before=before, backbone_files_after=after,

@@ -38,7 +38,8 @@ LAUNCH_DIR = "launch"
 
 
 def job_function(job: str):
-    """The library function of a job name: ``pretrain``, ``sft``, ``grpo``, ``mmopd`` (distillation)."""
+    """The library function of a job name: ``pretrain``, ``sft``, ``grpo``, ``mmopd`` (distillation), ``lora_sft``
+    and ``lora_grpo`` (MLE's experts)."""
     if job == "pretrain":
         from acl_lib.train.pretrain import train_pretrain
 
@@ -55,7 +56,11 @@ def job_function(job: str):
         from acl_lib.consolidate.mmopd import train_mmopd
 
         return train_mmopd
-    raise ValueError(f"unknown job '{job}'; jobs are pretrain, sft, grpo, mmopd")
+    if job in ("lora_sft", "lora_grpo"):  # MLE's experts: an adapter on a frozen backbone
+        from acl_lib.consolidate import mle
+
+        return mle.train_lora_sft if job == "lora_sft" else mle.train_lora_grpo
+    raise ValueError(f"unknown job '{job}'; jobs are pretrain, sft, grpo, mmopd, lora_sft, lora_grpo")
 
 
 def deepspeed_config(cfg) -> Path:
