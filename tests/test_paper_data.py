@@ -52,19 +52,15 @@ def sources(tmp: Path) -> dict:
                                                                    "metadata": {"type": "compositional"}}])
     corpus = src / "wiki-18.jsonl.gz"
     corpus.write_bytes(gzip.compress((DATA / "search" / "corpus.jsonl").read_bytes()))
-    telecom = src / "telecom"
+    telecom = src / "telecom"  # tau2's own files (tests/data/tau2/telecom), the small set standing in for tasks.json
     telecom.mkdir()
-    (telecom / "db.toml").write_text('[lines.L1]\nline_id = "L1"\nphone_number = "555-0100"\nstatus = "Active"\n')
-    (telecom / "user_db.toml").write_text('[device]\nairplane_mode = false\n')
-    (telecom / "tasks.json").write_text(json.dumps([{
-        "id": "[mobile_data_issue]airplane_mode_on", "user_scenario": {"persona": None, "instructions": {
-            "domain": "telecom", "reason_for_call": "Mobile data does not work.", "known_info": "Phone 555-0100.",
-            "task_instructions": "Follow the agent's steps."}},
-        "evaluation_criteria": {"actions": [], "env_assertions": [], "reward_basis": ["ENV_ASSERTION"]}}]))
-    (telecom / "split_tasks.json").write_text(json.dumps({"base": ["[mobile_data_issue]airplane_mode_on"],
-                                                          "full": ["[service_issue]x"]}))
-    (telecom / "main_policy.md").write_text("# Telecom agent policy\n")
-    (telecom / "tech_support_manual.md").write_text("# Tech support manual\n")
+    for f in ("db.toml", "user_db.toml", "main_policy.md", "tech_support_manual.md"):
+        (telecom / f).write_bytes((DATA / "tau2" / "telecom" / f).read_bytes())
+    small = json.loads((DATA / "tau2" / "telecom" / "tasks_small.json").read_text())
+    (telecom / "tasks.json").write_text(json.dumps(small))
+    ids = [t["id"] for t in small]  # "full" also names a task of tau2's other task files, as the real split does
+    (telecom / "split_tasks.json").write_text(json.dumps({"small": ids, "test": ids[:4],
+                                                          "full": ids + ["[service_issue]x"]}))
     ifbench = src / "IFBench_test.jsonl"  # one row with a constraint the suite cannot verify: dropped
     _jsonl(ifbench, _rows(DATA / "instruct" / "ifbench.jsonl") + [
         {"key": 9999, "prompt": "Write a poem.", "instruction_id_list": ["custom:no_such_check"], "kwargs": [{}]}])

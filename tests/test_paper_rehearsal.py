@@ -270,7 +270,6 @@ def rehearsal_overrides(tmp_path: Path, layout: Path, model_dir: Path) -> dict:
         "worlds.user_sim.backend": "hf", "worlds.user_sim.model": "acl_lib/data/mini_base", "worlds.user_sim.url": "",
         "worlds.user_sim.api_key_env": "", "worlds.user_sim.max_new_tokens": 16, "worlds.user_sim.max_turns": 3,
         "eval.backend": "hf", "eval.k": 1, "eval.max_new_tokens": 24, "eval.max_turns": 2, "eval.batch_size": 4,
-        "eval.limits.telecom.max_tasks": 1,
         "grpo.max_steps": 1, "grpo.num_generations": 2, "grpo.batch_size": 4, "grpo.max_new_tokens": 24,
         "grpo.max_turns": 3, "grpo.max_completion_length": 24, "grpo.max_episode_tokens": 256,
         "grpo.use_vllm": False, "grpo.learning_rate": 1e-3,

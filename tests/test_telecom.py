@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from acl_lib.chat import format_tool_call
 from acl_lib.envs.base import Task, ToolError
-from acl_lib.config import WorldsConfig
 from acl_lib.envs.telecom import (
     COMPACT_SYSTEM_PROMPT,
     SYSTEM_PROMPT,
@@ -49,7 +48,7 @@ def test_mini_prompt_is_compact_with_the_same_signatures():
     assert [signature(s) for s in TELECOM_TOOLS_COMPACT] == [signature(s) for s in TELECOM_TOOLS]
     assert all(s["function"]["description"] for s in TELECOM_TOOLS_COMPACT)
     mini = TelecomEnv(seed=0).tasks("test", 6)
-    paper = TelecomEnv(WorldsConfig(data_dir="/unused"), seed=0).tasks("test", 6)
+    paper = TelecomEnv(seed=0, full_prompt=True).tasks("test", 6)  # the generated desk's full prose
     assert all(t.tools == TELECOM_TOOLS_COMPACT and t.system_prompt == COMPACT_SYSTEM_PROMPT for t in mini)
     assert all(t.tools == TELECOM_TOOLS and t.system_prompt == SYSTEM_PROMPT for t in paper)
     assert [t.answer for t in mini] == [t.answer for t in paper]  # the same tasks, only the prose differs

@@ -157,6 +157,12 @@ class Desk(ABC):
     def check(self, episode: DeskEpisode) -> str | None:
         """Why the finished ``episode`` fails (the ``failure`` text), or None if its reward is 1."""
 
+    def user_tools(self, toolkit: Toolkit) -> tuple[list[dict], Callable[[str, dict], str]] | None:
+        """The customer's own tools in an episode over ``toolkit``: (their OpenAI schemas, a function running one
+        call ``(name, arguments) -> result text``), or None: the customer only talks (mock, retail, the mini desks).
+        tau2's telecom customer has a phone (``tau2_telecom.TelecomDesk``)."""
+        return None
+
 
 class ReplayDesk(Desk):
     """tau2's evaluator over a JSON database, for ``toolkit_cls`` (mock, telecom).

@@ -1,4 +1,4 @@
-"""An LLM user simulator for the real tau2 tasks (retail, mock), following tau2-bench's protocol.
+"""An LLM user simulator for the real tau2 tasks (retail, mock, telecom), following tau2-bench's protocol.
 
 The mini worlds' tasks carry a structured scenario that the rule-based ``usersim.RuleUser`` plays. The real tau2
 tasks describe their customer in prose (``user_scenario``: an optional ``persona`` and ``instructions``, either a
@@ -20,10 +20,18 @@ language model to play. This module is that player:
   scored by the desk's own check (the final database equals the gold replay's, plus what the task's reward basis
   names); one that ended any other way (a turn limit, a context limit, a failed simulator turn) scores 0, and
   ``failure`` says which.
+- **The customer's own tools** (tau2's telecom customer has a phone, ``tau2_phone.PHONE_TOOLS``). Where the desk
+  gives the customer tools (``desk.Desk.user_tools``), the simulator is offered them with every turn: a reply that
+  calls tools has them run (``run_tool``) and their results appended, and the simulator is asked again, until it
+  answers in text (at most ``max_tool_calls`` calls per message). The simulator sees its calls and their results
+  (as ``assistant`` messages with ``tool_calls`` and ``tool`` messages); the agent never does: only the text goes
+  back to the agent's transcript. The ``openai`` backend sends the schemas as the request's ``tools`` and reads
+  ``tool_calls``; ``hf`` / ``vllm`` render them through the chat template and the calls are read from the
+  ``<tool_call>`` markup. A customer without tools is the text-only player above (tool-call markup is garbled).
 - **Failed turns.** A simulator turn fails when its backend raises (an HTTP error: ``transformers serve`` answers
   500 when it cannot parse a response with the tokenizer's response template; a timeout; a context overflow) or
-  when its reply is garbled: empty once ``<think>`` blocks are removed, or holding tool-call markup (the customer
-  has no tools). The episode then ends at once with ``failure = "user simulator failed: ..."``, never a crash.
+  when its reply is garbled: empty once ``<think>`` blocks are removed, or holding tool-call markup when the customer
+  has no tools (or more than ``max_tool_calls`` calls before a message when it has). The episode then ends at once with ``failure = "user simulator failed: ..."``, never a crash.
 
 The simulating model (``worlds.user_sim``, ``config.UserSimConfig``) is any policy the suite has, or an endpoint:
 
@@ -52,6 +60,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from acl_lib.chat import ToolCall, ToolCallError, parse_assistant
 from acl_lib.config import ConfigError, UserSimConfig
 from acl_lib.envs.base import Task
 from acl_lib.envs.desk import Desk, DeskEpisode
@@ -72,6 +81,9 @@ Rules:
 - Keep going until what the scenario asks for is done. Then write {STOP} to end the conversation.
 - If the agent transfers you to another agent, write {TRANSFER}.
 - If the scenario does not tell you enough to go on, write {OUT_OF_SCOPE}."""
+
+# Added to the guidelines of a customer with tools (tau2's telecom customer and their phone).
+TOOL_GUIDELINES = """You have tools: they are your own phone. When the agent asks you to look at something on your phone or to change a setting, call the tool that does it, read its result, then tell the agent what you saw, in your own words. Never claim a result that no tool call gave you. Do one thing the agent asked at a time."""
 
 
 class UserSimError(RuntimeError):
@@ -122,8 +134,18 @@ def system_prompt(user_scenario: dict | str) -> str:
 
 def flipped_messages(transcript: list[dict]) -> list[dict]:
     """The conversation as the simulating model sees it: the agent's turns (``agent``) as ``user`` messages,
-    the customer's own (``user``) as ``assistant`` messages."""
-    return [{"role": "user" if m["role"] == "agent" else "assistant", "content": m["content"]} for m in transcript]
+    the customer's own (``user``) as ``assistant`` messages (with their ``tool_calls`` where the customer called its
+    tools), the results of those calls as ``tool`` messages."""
+    out = []
+    for m in transcript:
+        if m["role"] == "tool":
+            out.append({"role": "tool", "name": m["name"], "content": m["content"]})
+        elif "tool_calls" in m:
+            out.append({"role": "assistant", "content": m["content"], **({"tool_calls": m["tool_calls"]}
+                                                                         if m["tool_calls"] else {})})
+        else:
+            out.append({"role": "user" if m["role"] == "agent" else "assistant", "content": m["content"]})
+    return out
 
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
@@ -146,14 +168,38 @@ def clean_reply(text: str | None) -> str:
     return out
 
 
+def read_tool_reply(reply: Any) -> tuple[str, list[ToolCall | ToolCallError]]:
+    """A reply to a prompt that offered tools: (its text, its tool calls). ``reply`` is raw generated text (tool calls
+    as ``<tool_call>`` markup: the hf / vllm backends) or a dict ``{"content", "tool_calls"}`` (the ``openai``
+    backend: ``ToolCall`` s, or ``{"name", "arguments"}`` dicts). The text keeps ``<think>`` blocks for
+    ``clean_reply`` when there are no calls."""
+    if isinstance(reply, dict):
+        calls = []
+        for c in reply.get("tool_calls") or []:
+            if isinstance(c, (ToolCall, ToolCallError)):
+                calls.append(c)
+            elif isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("arguments", {}), dict):
+                calls.append(ToolCall(c["name"], dict(c.get("arguments") or {})))
+            else:
+                calls.append(ToolCallError(f"unreadable tool call {str(c)[:120]!r}", str(c)))
+        content = reply.get("content") or ""
+        return (parse_assistant(content).content if calls else content), calls
+    if not isinstance(reply, str):
+        raise UserSimError(f"no text in the simulator's reply ({type(reply).__name__})")
+    parsed = parse_assistant(reply)
+    return (parsed.content if parsed.calls else reply), list(parsed.calls)
+
+
 # --- backends: messages in, text out -------------------------------------------------------------------------
 
 
 class Chat(Protocol):
-    """A simulating model: chat messages (system, user, assistant) in, the next assistant text out. Raises
-    ``UserSimError`` on failure."""
+    """A simulating model: chat messages (system, user, assistant, and for a customer with tools assistant
+    ``tool_calls`` and ``tool`` results) in, the next assistant reply out: its text, or with ``tools`` (OpenAI
+    schemas) text that may call them, or ``{"content", "tool_calls"}``. Raises ``UserSimError`` on failure. A chat
+    is called with ``tools`` only when the customer has tools."""
 
-    def __call__(self, messages: list[dict]) -> str: ...
+    def __call__(self, messages: list[dict], tools: list[dict] | None = None) -> str | dict: ...
 
 
 class PolicyChat:
@@ -166,16 +212,19 @@ class PolicyChat:
         self.name = f"policy:{getattr(policy, 'name', type(policy).__name__)}"
         self._task = Task(id="user-simulator", domain="user_sim", benchmark="user_sim", system_prompt="", user_prompt="")
 
-    def __call__(self, messages: list[dict]) -> str:
+    def __call__(self, messages: list[dict], tools: list[dict] | None = None) -> str:
         if hasattr(self.policy, "max_new_tokens"):
             self.policy.max_new_tokens = self.max_new_tokens
         msgs = list(messages)
+        # With tools: the chat template renders their schemas, the reply's calls come back as <tool_call> markup.
+        task = self._task if not tools else Task(id="user-simulator-tools", domain="user_sim", benchmark="user_sim",
+                                                  system_prompt="", user_prompt="", tools=list(tools))
         try:
             with _outside_zero3():  # a local model, whole on this rank: generate() must not sync with other ranks
-                (text,) = self.policy([(self._task, msgs)])
+                (text,) = self.policy([(task, msgs)])
         finally:
             if hasattr(self.policy, "forget"):
-                self.policy.forget(self._task, msgs)
+                self.policy.forget(task, msgs)
         if text is None:  # HFPolicy's context guard
             raise UserSimError("context limit: the conversation no longer fits the simulating model's context")
         return text
@@ -217,9 +266,12 @@ class OpenAIChat:
         with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
             return json.loads(resp.read().decode("utf-8"))
 
-    def __call__(self, messages: list[dict]) -> str:
-        body = json.dumps({"model": self.model, "messages": messages, "temperature": self.temperature,
-                           "max_tokens": self.max_new_tokens, "stream": False}).encode()
+    def __call__(self, messages: list[dict], tools: list[dict] | None = None) -> str | dict:
+        request = {"model": self.model, "messages": openai_messages(messages), "temperature": self.temperature,
+                   "max_tokens": self.max_new_tokens, "stream": False}
+        if tools:
+            request["tools"] = tools
+        body = json.dumps(request).encode()
         last = ""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -241,10 +293,47 @@ class OpenAIChat:
                 msg = out["choices"][0]["message"]
             except (KeyError, IndexError, TypeError):
                 raise UserSimError(f"{self.url} answered without choices[0].message: {str(out)[:200]}") from None
+            if tools:
+                return {"content": msg.get("content") or "", "tool_calls": [_openai_call(c) for c in
+                                                                            msg.get("tool_calls") or []]}
             if msg.get("tool_calls") and not msg.get("content"):
                 raise UserSimError("the reply is a tool call (the customer has no tools)")
             return msg.get("content") or ""
         raise UserSimError(last + f" (after {self.retries + 1} tries)")
+
+
+def openai_messages(messages: list[dict]) -> list[dict]:
+    """Messages in the OpenAI chat format: an assistant's ``tool_calls`` get ids (``call_0``, ``call_1``, ... in
+    order) and each ``tool`` result the ``tool_call_id`` of the call it answers (results follow their calls in
+    order). Messages without tool traffic pass unchanged."""
+    out, pending, n = [], [], 0
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                calls.append({"id": f"call_{n}", "type": "function", "function": dict(c["function"])})
+                pending.append(f"call_{n}")
+                n += 1
+            out.append({"role": "assistant", "content": m.get("content") or None, "tool_calls": calls})
+        elif m.get("role") == "tool":
+            out.append({"role": "tool", "tool_call_id": pending.pop(0) if pending else f"call_{n}",
+                        "content": m.get("content") or ""})
+        else:
+            out.append(m)
+    return out
+
+
+def _openai_call(c: Any) -> ToolCall | ToolCallError:
+    """One ``tool_calls`` entry of an OpenAI reply (arguments a JSON string) as a ``ToolCall``."""
+    try:
+        fn = c["function"]
+        args = fn.get("arguments") or "{}"
+        args = json.loads(args) if isinstance(args, str) else args
+        if not isinstance(fn["name"], str) or not isinstance(args, dict):
+            raise ValueError("name must be a string and arguments an object")
+        return ToolCall(fn["name"], args)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return ToolCallError(f"unreadable tool call ({exc})", str(c)[:300])
 
 
 _SIMULATORS: dict[str, Chat] = {}
@@ -275,7 +364,7 @@ def simulator_for(cfg: UserSimConfig) -> Chat:
     """The simulating model of ``cfg``, built once per process (a local model is loaded once and shared)."""
     if cfg.backend == "none":
         raise ConfigError(
-            "an episode without a structured user scenario (a real tau2 retail or mock episode) needs the LLM "
+            "an episode without a structured user scenario (a real tau2 retail, telecom or mock episode) needs the LLM "
             "user simulator. Set worlds.user_sim.backend (hf, vllm or openai) and worlds.user_sim.model (and, for openai, "
             "worlds.user_sim.url and api_key_env); see acl_lib/envs/llm_user.py")
     key = json.dumps(cfg.model_dump(mode="json", exclude={"max_turns"}), sort_keys=True)  # max_turns: per episode
@@ -311,21 +400,34 @@ class LLMUser:
     ``first_message()`` answers the greeting; ``reply(agent_text)`` answers an agent message. Neither raises: a
     failed turn sets ``error`` and returns ``""``; a message with a signal sets ``signal`` (``stop``,
     ``transfer``, ``out_of_scope``); the ``max_turns``-th message sets ``cut_off``. ``transcript`` holds the
-    exchange (``{"role": "user"|"agent", "content"}``), the greeting first.
+    exchange (``{"role": "user"|"agent", "content"}``), the greeting first; with tools (``attach_tools``) also the
+    customer's calls (``{"role": "user", "content", "tool_calls"}``) and their results (``{"role": "tool", "name",
+    "content"}``), which only the simulator sees. ``tool_calls`` lists every call with its result (the record).
     """
 
-    def __init__(self, user_scenario: dict | str, chat: Chat | Callable[[list[dict]], str], max_turns: int = 30):
+    def __init__(self, user_scenario: dict | str, chat: Chat | Callable[[list[dict]], str], max_turns: int = 30,
+                 max_tool_calls: int = 10):
         self.system_prompt = system_prompt(user_scenario)
         self.chat = chat
         self.max_turns = max_turns
+        self.max_tool_calls = max_tool_calls  # per message to the agent
+        self.tools: list[dict] = []
+        self.run_tool: Callable[[str, dict], str] | None = None
+        self.tool_calls: list[dict] = []
         self.transcript: list[dict] = [{"role": "agent", "content": GREETING}]
         self.signal: str | None = None
         self.error: str | None = None
         self.cut_off = False
 
+    def attach_tools(self, tools: list[dict], run_tool: Callable[[str, dict], str]) -> None:
+        """Give the customer tools (OpenAI schemas) and the function running one call (``(name, arguments) ->
+        result text``, never raising); the guidelines then say how to use them. Before the first message."""
+        self.tools, self.run_tool = list(tools), run_tool
+        self.system_prompt = self.system_prompt.replace(GUIDELINES, f"{GUIDELINES}\n\n{TOOL_GUIDELINES}", 1)
+
     @property
     def said(self) -> list[str]:
-        return [m["content"] for m in self.transcript if m["role"] == "user"]
+        return [m["content"] for m in self.transcript if m["role"] == "user" and "tool_calls" not in m]
 
     @property
     def done(self) -> bool:
@@ -335,11 +437,35 @@ class LLMUser:
         """The messages the simulating model is given for its next turn."""
         return [{"role": "system", "content": self.system_prompt}] + flipped_messages(self.transcript)
 
+    def _reply_text(self) -> str:
+        """The customer's next message to the agent; with tools, after running the calls it makes first."""
+        if not self.tools:
+            return clean_reply(self.chat(self.prompt()))
+        made = 0
+        while True:
+            content, calls = read_tool_reply(self.chat(self.prompt(), tools=self.tools))
+            if not calls:
+                return clean_reply(content)
+            made += len(calls)
+            if made > self.max_tool_calls:
+                raise UserSimError(f"more than {self.max_tool_calls} tool calls before one message to the agent")
+            good = [c for c in calls if isinstance(c, ToolCall)]
+            # the key marks a tool step (even when every call was malformed): never a message to the agent
+            self.transcript.append({"role": "user", "content": content, "tool_calls": [c.to_message() for c in good]})
+            for c in calls:
+                if isinstance(c, ToolCall):
+                    result = self.run_tool(c.name, c.arguments)
+                    name = c.name
+                else:  # the simulator reads why, as the agent does from its own malformed calls
+                    result, name = f"Error: {c.reason}", "invalid"
+                self.transcript.append({"role": "tool", "name": name, "content": result})
+                self.tool_calls.append({"name": name, "arguments": getattr(c, "arguments", None), "result": result})
+
     def _turn(self) -> str:
         if self.done:
             return ""
         try:
-            text = clean_reply(self.chat(self.prompt()))
+            text = self._reply_text()
         except UserSimError as exc:
             self.error = str(exc)
             return ""
@@ -366,12 +492,17 @@ class LLMUserEpisode(DeskEpisode):
 
     The customer's first message replaces the task's ``user_prompt`` (which, for real tasks, is only the reason
     for the call). Scored as tau2 does: the desk's check when the conversation ended by a customer signal or a
-    successful transfer by the agent, else 0 (see the module docstring).
+    successful transfer by the agent, else 0 (see the module docstring). Where the desk gives the customer tools
+    (``Desk.user_tools``), the customer gets them over this episode's toolkit before its first message; their
+    traffic stays in ``user.transcript`` (and the record's ``user_sim.tool_calls``), never in ``messages``.
     """
 
     def __init__(self, task: Task, desk: Desk, user: LLMUser, max_turns: int = 16):
         super().__init__(task, desk, max_turns=max_turns)
         self.user = user  # replaces the rule-based user DeskEpisode made
+        box = desk.user_tools(self.toolkit)
+        if box is not None:
+            user.attach_tools(*box)
         # > 1: the evaluator may step this many such episodes at once (their simulator is a remote endpoint)
         self.step_concurrency = int(getattr(user.chat, "concurrency", 1))
         first = user.first_message()
@@ -400,15 +531,17 @@ class LLMUserEpisode(DeskEpisode):
         rec = super().record()
         rec["user_sim"] = {"signal": self.user.signal, "error": self.user.error, "cut_off": self.user.cut_off,
                            "model": getattr(self.user.chat, "name", type(self.user.chat).__name__)}
+        if self.user.tools:  # what the customer did on its own side (the agent saw none of it)
+            rec["user_sim"]["tool_calls"] = list(self.user.tool_calls)
         return rec
 
 
 def preflight(worlds, envs: set[str]) -> None:
-    """Build the simulator the real desk tasks of ``envs`` will need (``worlds.data_dir`` set; retail always needs
-    one, mock only when one is configured), so a missing simulator or API key fails before any scoring."""
-    if not getattr(worlds, "data_dir", "") or not {"retail", "mock"} & set(envs):
+    """Build the simulator the real desk tasks of ``envs`` will need (``worlds.data_dir`` set; retail and telecom
+    always need one, mock only when one is configured), so a missing simulator or API key fails before any scoring."""
+    if not getattr(worlds, "data_dir", "") or not {"retail", "mock", "telecom"} & set(envs):
         return
-    if worlds.user_sim.backend != "none" or "retail" in envs:
+    if worlds.user_sim.backend != "none" or {"retail", "telecom"} & set(envs):
         simulator_for(worlds.user_sim)
 
 

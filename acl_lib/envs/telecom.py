@@ -22,6 +22,9 @@ string was said by the agent (AND, for the transfer task, the transfer was made)
 scores 0 on every kind: each task either changes the database or has information to communicate.
 Episodes, gold replay and scoring are the generic desk of ``desk.py`` (``DeskEpisode`` with
 ``ReplayDesk(TelecomTools)``); this module holds the telecom database, tools, tasks, policy and expert.
+
+The paper profile (``worlds.data_dir`` set) plays tau2-bench's real telecom tasks instead (``TelecomEnv.real``:
+``tau2_telecom.py`` and the customer's phone in ``tau2_phone.py``).
 """
 
 from __future__ import annotations
@@ -334,11 +337,13 @@ def _gen_task(rng: random.Random, kind: str, split: str) -> tuple[dict, list[dic
 
 
 class TelecomEnv(Environment):
-    """The telecom-like troubleshooting desk (OOD). Generated at every scale (there is no real data).
+    """The telecom troubleshooting desk (OOD).
 
-    Mini worlds (``worlds.data_dir`` empty) show the agent ``COMPACT_SYSTEM_PROMPT`` and
-    ``TELECOM_TOOLS_COMPACT``; the paper profile shows the full ``SYSTEM_PROMPT`` and ``TELECOM_TOOLS``.
-    Tools, tasks and rewards are the same.
+    Mini worlds (``worlds.data_dir`` empty): the generated desk of this module, showing the agent
+    ``COMPACT_SYSTEM_PROMPT`` and ``TELECOM_TOOLS_COMPACT`` (``full_prompt=True``: the full ``SYSTEM_PROMPT`` and
+    ``TELECOM_TOOLS``, the same tools, tasks and rewards). The paper profile (``worlds.data_dir`` set): tau2-bench's
+    real telecom domain from ``<data_dir>/telecom`` (``tau2_telecom.py``: the carrier's database and the agent's 13
+    tools, the customer's phone and its tools, played by the LLM user simulator ``worlds.user_sim``).
     """
 
     name = "telecom"
@@ -347,17 +352,31 @@ class TelecomEnv(Environment):
     # episodes for ``worlds.n_ood: 1000000``) and no information: a pass rate on 600 tasks is +-2 points at most.
     MAX_TASKS = 600
 
-    def __init__(self, worlds=None, seed: int = 0):
+    def __init__(self, worlds=None, seed: int = 0, full_prompt: bool = False):
         self.worlds = worlds
         self.seed = seed
         self.splits: dict[str, str | None] = {"test": "telecom", "train": None}
-        compact = not (worlds is not None and worlds.data_dir)
-        self.system_prompt = COMPACT_SYSTEM_PROMPT if compact else SYSTEM_PROMPT
-        self.tool_schemas = TELECOM_TOOLS_COMPACT if compact else TELECOM_TOOLS
+        self.data_dir = str(getattr(worlds, "data_dir", "") or "")
+        self._real = None  # the tau2 data, read at the first use (a run that scores no telecom never needs it)
+        self.system_prompt = SYSTEM_PROMPT if full_prompt else COMPACT_SYSTEM_PROMPT
+        self.tool_schemas = TELECOM_TOOLS if full_prompt else TELECOM_TOOLS_COMPACT
+
+    @property
+    def real(self):
+        """The real tau2 telecom data (``tau2_telecom.Tau2Telecom``) under ``worlds.data_dir``."""
+        if self._real is None:
+            from pathlib import Path
+
+            from acl_lib.envs.tau2_telecom import Tau2Telecom
+
+            self._real = Tau2Telecom(Path(self.data_dir) / "telecom")
+        return self._real
 
     def tasks(self, split: str, n: int, seed: int = 0) -> list[Task]:
         if split not in self.splits:
             raise ValueError(f"telecom has splits {sorted(self.splits)}, not {split!r}")
+        if self.data_dir:  # a real set: tau2's split of that name, scored whole unless n is smaller
+            return self.real.tasks(split, n, seed=seed)
         if n > self.MAX_TASKS:
             log.warning("telecom: %d tasks asked, drawing %d (TelecomEnv.MAX_TASKS: beyond it the generated tasks "
                         "only repeat its %d problems)", n, self.MAX_TASKS, len(TELECOM_KINDS))
@@ -380,6 +399,10 @@ class TelecomEnv(Environment):
         return out
 
     def start(self, task: Task, max_turns: int = 16) -> DeskEpisode:
+        if (task.meta or {}).get("source") == "tau2":  # its customer is the LLM user simulator, with a phone
+            from acl_lib.config import UserSimConfig
+
+            return self.real.start(task, getattr(self.worlds, "user_sim", None) or UserSimConfig(), max_turns=max_turns)
         return DeskEpisode(task, TELECOM_DESK, max_turns=max_turns)
 
 
