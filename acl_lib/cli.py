@@ -76,13 +76,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Execute notebooks/NN_*.ipynb in prefix order for each seed with papermill, passing the parameters "
         "profile, seed and overrides. Executed copies go to <papermill-dir>/<profile>/seed<k>/. The config is validated "
         "for every seed before the first notebook starts. Completed runs inside the notebooks are skipped, so "
-        "re-running after an interruption only redoes what is missing. Notebook 12 (the final tables) reads every "
+        "re-running after an interruption only redoes what is missing; a notebook whose last execution with the same "
+        "parameters finished and whose runs are all still complete is not executed again (--re-execute does). Notebook 12 (the final tables) reads every "
         "seed: it runs once, after all the seeds, with seeds=[...] (executed copy in <papermill-dir>/<profile>/). "
         "Notebook 13 (curriculum orders, four more sequences of training) is opt-in: only with --only 13.",
     )
     _add_profile(p)
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds to run, in order (default: 0)")
     p.add_argument("--only", nargs="+", metavar="NN", default=None, help="run only notebooks with these prefixes: --only 00 03")
+    p.add_argument("--re-execute", action="store_true",
+                   help="execute every notebook again, even one whose last execution with the same parameters is "
+                   "complete and whose runs are all still on disk (those are skipped by default); runs that are "
+                   "complete are still not retrained")
     _add_set(p)
     _add_dirs(p)
     p.set_defaults(func=cmd_run)
@@ -320,12 +325,18 @@ def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]
     # per seed, every notebook in prefix order; then notebook 12 once over all the seeds (nbs.plan_jobs)
     jobs = nbs.plan_jobs(notebooks, args.seeds)
     t0 = time.time()
+    skipped = 0
     for i, job in enumerate(jobs, 1):
         nb, seed = job.notebook, job.seed
         cfg = cfgs[seed]
         out = job.output(cfg.papermill_dir, args.profile)
         print(f"[{i}/{len(jobs)}] {nb.name}  (profile {args.profile}, {job.label()})", flush=True)
         params = job.parameters(args.profile, overrides)
+        done = None if (args.re_execute or job.seeds is not None) else nbs.is_done(cfg.seed_dir(), nb, params, out)
+        if done:
+            print(f"    skipped, {done}", flush=True)
+            skipped += 1
+            continue
         t_nb = time.time()
         try:
             with nbs.following_progress(out.parent / f".{nb.stem}.progress", prefix="    "):
@@ -337,8 +348,11 @@ def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]
             print(f"\ninterrupted in {nb.name} (partial copy: {out}); the same command resumes: complete runs are skipped",
                   file=sys.stderr)
             return 130
+        if job.seeds is None:
+            nbs.write_done(cfg.seed_dir(), nb, params, out)
         print(f"    done in {_fmt_s(time.time() - t_nb)}", flush=True)
-    print(f"\nacl run: {len(jobs)} notebook(s) executed in {_fmt_s(time.time() - t0)}")
+    print(f"\nacl run: {len(jobs) - skipped} notebook(s) executed in {_fmt_s(time.time() - t0)}"
+          + (f", {skipped} skipped (complete; --re-execute runs them again)" if skipped else ""))
     for seed, cfg in cfgs.items():
         print(f"  seed {seed}: results in {cfg.seed_dir()}/  executed notebooks in {Path(cfg.papermill_dir) / args.profile / f'seed{seed}'}/")
     if any(job.seeds is not None for job in jobs):

@@ -296,6 +296,69 @@ def notebook_state(executed: str | Path) -> tuple[str, float | None]:
     return "done", meta.get("duration")
 
 
+# --- a notebook whose work is all on disk: skipped by `acl run` ---------------------------------------------
+#
+# After a per-seed notebook executes without error, ``acl run`` writes ``<seed_dir>/.notebooks/<stem>.json``: the
+# notebook file's SHA-256, the parameters it ran with, and every complete run of the seed's store at that moment
+# (its ``COMPLETE.json`` path and finish time). A later ``acl run`` skips the notebook when that record still holds:
+# same notebook, same parameters, its executed copy done, and every one of those runs still complete from the same
+# finish (a run redone or deleted since, by this notebook or an earlier one, means the notebook runs again).
+# This is what makes a complete seed cost nothing in a three-seed ``acl run``; ``--re-execute`` ignores it.
+
+DONE_DIR = ".notebooks"
+
+
+def _file_sha256(path: str | Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _complete_runs(seed_dir: str | Path) -> dict[str, str | None]:
+    """``{relative COMPLETE.json path: finished_at}`` for every complete run (nested ones too) under ``seed_dir``."""
+    seed_dir = Path(seed_dir)
+    out = {}
+    for marker in sorted(seed_dir.rglob("COMPLETE.json")):
+        try:
+            out[str(marker.relative_to(seed_dir))] = json.loads(marker.read_text()).get("finished_at")
+        except (OSError, ValueError, AttributeError):
+            continue
+    return out
+
+
+def done_record_path(seed_dir: str | Path, notebook: str | Path) -> Path:
+    return Path(seed_dir) / DONE_DIR / f"{Path(notebook).stem}.json"
+
+
+def write_done(seed_dir: str | Path, notebook: str | Path, parameters: dict[str, Any], executed: str | Path) -> Path:
+    """Record that ``notebook`` ran to the end with ``parameters`` (see the comment above ``DONE_DIR``)."""
+    from acl_lib.atomic import write_json
+
+    record = {"notebook": Path(notebook).name, "notebook_sha256": _file_sha256(notebook), "parameters": parameters,
+              "executed": str(executed), "runs": _complete_runs(seed_dir)}
+    path = done_record_path(seed_dir, notebook)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, record)
+    return path
+
+
+def is_done(seed_dir: str | Path, notebook: str | Path, parameters: dict[str, Any], executed: str | Path) -> str | None:
+    """Why ``notebook`` need not run again (a sentence), or None when it must."""
+    try:
+        record = json.loads(done_record_path(seed_dir, notebook).read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("notebook_sha256") != _file_sha256(notebook) or record.get("parameters") != parameters:
+        return None
+    if notebook_state(executed)[0] != "done":
+        return None
+    now = _complete_runs(seed_dir)
+    runs = record.get("runs") or {}
+    if any(now.get(k) != v for k, v in runs.items()):
+        return None
+    return f"complete: unchanged notebook and parameters, its {len(runs)} runs still complete (executed copy {executed})"
+
+
 def strip_outputs(path: str | Path) -> bool:
     """Bring a notebook back to its committed form, in place: no outputs, execution counts or run metadata
     (papermill's, Lab's ``language_info``, widget state), the suite's kernelspec, and nbformat's own layout.

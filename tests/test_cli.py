@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,16 +149,26 @@ def test_kill_mid_notebook_then_rerun_completes_and_third_run_skips(tmp_path):
     assert str((out / "smoke" / "seed0").resolve()) in res.stdout, "prints where the results are"
     finished = json.loads((run_dir / COMPLETE).read_text())["finished_at"]
 
-    # 3. a third run re-executes the notebook but skips the complete run
-    t = time.perf_counter()
+    # 3. a third run skips the notebook itself: same notebook and parameters, its run still complete
     res = subprocess.run(args, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "skipped, complete" in res.stdout and "0 notebook(s) executed" in res.stdout and "1 skipped" in res.stdout
+    # --re-execute runs the notebook again, which skips the complete run inside it
+    t = time.perf_counter()
+    res = subprocess.run([*args, "--re-execute"], cwd=ROOT, env=child_env(), capture_output=True, text=True,
+                         timeout=300)
     t_third = time.perf_counter() - t
     assert res.returncode == 0, res.stderr[-3000:]
     executed = (pm / "smoke" / "seed0" / "00_slow.ipynb").read_text()
     assert "run slow_step is complete" in executed and "skipping" in executed
     assert json.loads((run_dir / COMPLETE).read_text())["finished_at"] == finished
-    print(f"acl run: second (does the work) {t_second:.1f} s, third (skips) {t_third:.1f} s")
+    print(f"acl run: second (does the work) {t_second:.1f} s, --re-execute (skips the run) {t_third:.1f} s")
     assert t_third < t_second  # the work (a 3 s sleep) is skipped
+    # a run removed from the store: the notebook that made it is executed again and redoes it
+    shutil.rmtree(run_dir)
+    res = subprocess.run(args, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "1 notebook(s) executed" in res.stdout, res.stdout + res.stderr[-3000:]
+    assert disk_status(run_dir) == "complete"
 
     # 4. status shows the run and the executed notebook
     res = subprocess.run([*ACL, "status", "--profile", "smoke", "--notebooks-dir", str(nb_dir),
@@ -209,3 +220,30 @@ def test_report_subcommand_writes_html(tmp_path, capsys):
     assert report.is_file() and "seeds 3" in capsys.readouterr().out  # the seeds found on disk
     text = report.read_text()
     assert "<title>ACLArena suite: final report (profile smoke, seeds 3)</title>" in text and "seq_math" in text
+
+
+def test_a_notebook_is_skipped_only_while_its_record_holds(tmp_path):
+    """``notebooks.is_done``: same notebook file, same parameters, a finished executed copy and every run recorded
+    still complete from the same finish; any of them changed and the notebook must run again."""
+    from acl_lib import notebooks as nbs
+
+    nb, seed_dir, executed = tmp_path / "00_a.ipynb", tmp_path / "seed0", tmp_path / "pm" / "00_a.ipynb"
+    write_notebook(nb, ["x = 1"])
+    run = seed_dir / "r"
+    run.mkdir(parents=True)
+    (run / COMPLETE).write_text(json.dumps({"finished_at": "t1"}))
+    executed.parent.mkdir()
+    executed.write_text(json.dumps({"metadata": {"papermill": {"end_time": "t", "exception": None}}, "cells": []}))
+    params = {"profile": "smoke", "seed": 0, "overrides": []}
+    assert nbs.is_done(seed_dir, nb, params, executed) is None  # no record yet
+    nbs.write_done(seed_dir, nb, params, executed)
+    assert "1 runs still complete" in nbs.is_done(seed_dir, nb, params, executed)
+    assert nbs.is_done(seed_dir, nb, {**params, "seed": 1}, executed) is None  # other parameters
+    (run / COMPLETE).write_text(json.dumps({"finished_at": "t2"}))  # the run was redone since
+    assert nbs.is_done(seed_dir, nb, params, executed) is None
+    nbs.write_done(seed_dir, nb, params, executed)
+    write_notebook(nb, ["x = 2"])  # the notebook was edited
+    assert nbs.is_done(seed_dir, nb, params, executed) is None
+    nbs.write_done(seed_dir, nb, params, executed)
+    executed.write_text(json.dumps({"metadata": {"papermill": {"end_time": None}}, "cells": []}))  # killed copy
+    assert nbs.is_done(seed_dir, nb, params, executed) is None
