@@ -104,7 +104,13 @@ def run_sequential_stage(cfg: Config, index: int) -> Run:
     prev = run.inputs[0]
     if not prev.is_complete():
         raise RuntimeError(f"stage {index} needs the complete run '{prev.name}' first ({prev.path}); run its notebook")
-    run_once(run, _stage_fn(cfg.pipeline.curriculum[index - 1], prev))
+    domain = cfg.pipeline.curriculum[index - 1]
+    fn = _stage_fn(domain, prev)
+    if index == 1:  # stage 1 from the base is the same job as the domain's oracle (see run_oracle): reuse it
+        twin = oracle_run(cfg, domain)
+        if twin.is_complete():
+            fn = _copy_run_fn(twin)
+    run_once(run, fn)
     evaluate_checkpoint(cfg, run)
     return run
 
@@ -135,7 +141,8 @@ def run_oracle(cfg: Config, domain: str) -> Run:
 
     The oracle of the curriculum's first domain is the same job as ``seq`` stage 1 (same recipe, same base,
     same seed), so when that stage is complete its outputs are copied instead of trained again
-    (``same_as.json`` says so); otherwise the oracle trains.
+    (``same_as.json`` says so); otherwise the oracle trains. The other way round, stage 1 of any order copies the
+    complete oracle of its domain (``run_sequential_stage``): notebook 13's rotations start from the oracles.
     """
     base = base_run(cfg)
     if not base.is_complete():

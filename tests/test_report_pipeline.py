@@ -110,6 +110,14 @@ def test_the_first_stages_oracle_is_copied_not_retrained(tmp_path, monkeypatch):
     other = load_config("smoke", [f"output_dir={tmp_path}", "pipeline.curriculum=[if,math,search,ecom]"])
     assert pipeline.oracle_twin(other, "math") is None
 
+    # the other way round: the first stage of another order copies its domain's complete oracle (notebook 13)
+    _complete(pipeline.oracle_run(cfg, "if"), {"stage.json": json.dumps({"domain": "if"})})
+    first = pipeline.run_sequential_stage(other, 1)
+    assert first.name == "seq1_if" and first.is_complete()
+    assert first.config_hash == pipeline.oracle_run(cfg, "if").config_hash
+    assert json.loads((first.path / "same_as.json").read_text())["run"] == "oracle_if"
+    assert json.loads((first.path / "stage.json").read_text()) == {"domain": "if"}
+
 
 # --- what re-runs when a setting changes -------------------------------------------------------------------
 
