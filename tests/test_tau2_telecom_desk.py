@@ -23,7 +23,7 @@ from acl_lib.envs import llm_user
 from acl_lib.envs.llm_user import LLMUser, LLMUserEpisode, OpenAIChat, openai_messages
 from acl_lib.envs.tau2_phone import PHONE_TOOLS, PhoneTools, phone_db
 from acl_lib.envs.tau2_telecom import AGENT_TOOLS, AgentTools, TelecomWorld, initial_world
-from acl_lib.envs.telecom import TelecomEnv
+from acl_lib.envs.telecom import TelecomEnv, scripted_expert
 from conftest import ROOT
 
 TELECOM = ROOT / "tests" / "data" / "tau2" / "telecom"
@@ -55,8 +55,8 @@ def env(data_dir) -> TelecomEnv:
 
 class GoldCustomer:
     """A scripted stand-in for the simulating LLM: it opens with a complaint, makes the user-side gold call the
-    agent asks for by name ("Please run NAME on your phone."), reports the result, and ends with ###STOP### when
-    the agent asks whether anything else is needed."""
+    agent asks for by name (the expert's "Please run NAME on your phone..."), reports the result, and ends with
+    ###STOP### when the agent asks whether anything else is needed."""
 
     def __init__(self, task):
         self.gold = [a for a in task.answer["actions"] if a["requestor"] == "user"]
@@ -80,24 +80,14 @@ class GoldCustomer:
         return "My phone does not work as it should."
 
 
-def gold_turns(task) -> list[str]:
-    """The agent's turns of a gold replay: its own gold calls as tool calls, the customer's as requests, in the
-    gold order; then the closing question (a transfer needs none: it ends the conversation)."""
-    turns = []
-    for a in task.answer["actions"]:
-        if a["requestor"] == "user":
-            turns.append(f"Please run {a['name']} on your phone.")
-        else:
-            turns.append(format_tool_call(a["name"], a["arguments"]))
-    if not any(a["name"] == "transfer_to_human_agents" for a in task.answer["actions"]):
-        turns.append("Is there anything else I can help you with?")
-    return turns
-
-
-def play(env, task, turns, chat) -> LLMUserEpisode:
+def play(env, task, agent, chat) -> LLMUserEpisode:
+    """An episode of ``task`` whose customer is ``chat``; ``agent`` is a list of turns or ``(task, messages) ->
+    turn`` (played until the episode ends)."""
     ep = llm_user.LLMUserEpisode(task, env.real.desk, LLMUser(task.meta["user_scenario"], chat), max_turns=30)
-    for text in turns:
-        if ep.done:
+    turns = iter(agent) if isinstance(agent, list) else None
+    while not ep.done:
+        text = next(turns, None) if turns is not None else agent(task, ep.messages)
+        if text is None:
             break
         ep.step(text)
     return ep
@@ -119,7 +109,7 @@ def test_every_task_replays_to_1_and_scores_0_without_any_action(env):
     replayed, nothing = {}, {}
     for task in tasks:
         chat = GoldCustomer(task)
-        ep = play(env, task, gold_turns(task), chat)
+        ep = play(env, task, scripted_expert, chat)
         replayed[task.id] = (ep.reward(), ep.failure)
         assert not chat.gold, f"{task.id}: user-side gold actions not made: {chat.gold}"
         ep = play(env, task, ["Is there anything else I can help you with?"], GoldCustomer(task))
@@ -137,7 +127,7 @@ def test_every_task_replays_to_1_and_scores_0_without_any_action(env):
 def test_user_tool_traffic_never_reaches_the_agent(env):
     task = next(t for t in env.tasks("test", 100) if t.meta["tau2_id"].startswith("[service_issue]overdue_bill"))
     chat = GoldCustomer(task)
-    ep = play(env, task, gold_turns(task), chat)
+    ep = play(env, task, scripted_expert, chat)
     assert ep.reward() == 1.0, ep.failure
     # the simulator was offered the phone's tools, saw its own calls and their results ...
     assert chat.offered[0] == PHONE_TOOLS
@@ -293,6 +283,33 @@ def test_the_customer_loop_reads_malformed_calls_and_is_capped():
                    max_tool_calls=3)
     user.attach_tools(PHONE_TOOLS, run_tool)
     assert user.first_message() == "" and "more than 3 tool calls" in user.error
+
+
+def test_the_local_backends_render_the_tools_through_the_chat_template():
+    """hf / vllm: ``PolicyChat`` hands the policy a task carrying the phone's schemas (the chat template renders
+    them); the calls come back as <tool_call> markup, and the next prompt, with the call and its result, renders."""
+    from acl_lib.model.chat_template import render_chat
+
+    seen = []
+
+    class Policy:  # the interface of eval.harness.HFPolicy / VLLMPolicy: [(task, messages)] -> [text]
+        max_new_tokens = 8
+
+        def __call__(self, batch):
+            ((task, msgs),) = batch
+            seen.append((task, copy.deepcopy(msgs)))
+            return [format_tool_call("check_status_bar", {}) if len(seen) == 1 else "It shows airplane mode."]
+
+    user = LLMUser({"instructions": "x"}, llm_user.PolicyChat(Policy()))
+    user.attach_tools(PHONE_TOOLS, lambda name, args: "Status bar: airplane mode | battery 80%")
+    assert user.first_message() == "It shows airplane mode."
+    assert seen[0][0].tools == PHONE_TOOLS and seen[1][0].tools == PHONE_TOOLS
+    text = render_chat(seen[1][1], tools=seen[1][0].tools, add_generation_prompt=True)
+    assert '"name": "toggle_airplane_mode"' in text and "<tool_response>\nStatus bar: airplane mode" in text
+    assert '<tool_call>\n{"name": "check_status_bar"' in text
+    plain = []
+    text_only = llm_user.PolicyChat(type("P", (), {"__call__": lambda self, b: plain.append(b) or ["Hi."]})())
+    assert LLMUser({"instructions": "x"}, text_only).first_message() == "Hi." and plain[0][0][0].tools == []
 
 
 def test_the_openai_backend_sends_the_tools_and_reads_tool_calls(monkeypatch):

@@ -484,6 +484,29 @@ class TelecomDesk(Desk):
         return "; ".join(why) or None
 
 
+# --- scripted expert ------------------------------------------------------------------------------------------------
+
+
+def expert_plan(task: Task) -> list[str]:
+    """The turns of an agent that knows a real task's gold actions, in their order: its own as tool calls, the
+    customer's as requests naming the tool ("Please run toggle_roaming on your phone."; with the arguments where
+    there are any), then the closing question (none after a transfer, which ends the conversation)."""
+    from acl_lib.chat import format_tool_call
+    from acl_lib.envs.desk import CLOSING
+
+    turns = []
+    for a in task.answer.get("actions") or []:
+        if a.get("requestor") == "user":
+            args = a.get("arguments") or {}
+            with_args = " with " + ", ".join(f"{k}={v}" for k, v in args.items()) if args else ""
+            turns.append(f"Please run {a['name']} on your phone{with_args}.")
+        else:
+            turns.append(format_tool_call(a["name"], a.get("arguments") or {}))
+    if not any(a["name"] == "transfer_to_human_agents" for a in task.answer.get("actions") or []):
+        turns.append(CLOSING)
+    return turns
+
+
 # --- the real data ------------------------------------------------------------------------------------------------
 
 
