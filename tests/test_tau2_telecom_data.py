@@ -1,8 +1,8 @@
-"""tau2-bench's telecom domain (issue 15, item 4), as far as the suite reads it today: the vendored subset in
-tests/data/tau2/telecom (its 20-task ``small`` set, the agent and user databases, the policies) passes the
-checks of ``acl data check`` through ``acl data prepare``'s conversion, and its customers' scenarios render into
-the LLM user simulator's instructions. What the paper-scale telecom desk still lacks (the simulated customer's own
-phone and its 30 tools) is listed in docs/paper-checklist.md; these tests pin the facts of the data it will need.
+"""tau2-bench's telecom data (issue 15, item 4): the vendored subset in tests/data/tau2/telecom (its 20-task
+``small`` set, the agent and user databases, the policies) passes the checks of ``acl data check`` through
+``acl data prepare``'s conversion, and its customers' scenarios render into the LLM user simulator's instructions.
+These tests pin the facts of the data the paper-scale telecom desk plays (the desk itself, the customer's phone and
+its tools: tests/test_tau2_telecom_desk.py; what is still missing: docs/paper-checklist.md, item 4).
 """
 
 from __future__ import annotations

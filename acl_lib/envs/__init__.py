@@ -6,9 +6,10 @@ build corpora or indexes on construction).
 
 Modules: ``base`` (Task, Episode, Environment, tool-call plumbing); one environment per domain:
 ``math`` (+ ``mcq``), ``search`` (+ ``retrievers``), ``instruct`` (+ ``ifeval_checks``, ``instruct_ood``),
-``retail`` (+ ``retail_db``), ``telecom``, ``mock``; the three tool desks share ``desk`` (episode loop,
-toolkit, gold replay) and ``usersim`` (the rule-based simulated user); the real tau2 tasks' customer is the
-LLM user simulator of ``llm_user``.
+``retail`` (+ ``retail_db``), ``telecom`` (+ ``tau2_telecom`` and ``tau2_phone``: tau2's real telecom domain,
+the paper profile's), ``mock``; the three tool desks share ``desk`` (episode loop, toolkit, gold replay) and
+``usersim`` (the rule-based simulated user); the real tau2 tasks' customer is the LLM user simulator of
+``llm_user`` (with the phone's tools in telecom).
 """
 
 from __future__ import annotations
