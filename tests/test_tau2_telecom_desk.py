@@ -148,6 +148,41 @@ def test_user_tool_traffic_never_reaches_the_agent(env):
     assert any("I did it. My phone says: Paid 65.0 USD" in m["content"] for m in ep.messages if m["role"] == "user")
 
 
+def combined(env, category: str, issues: list[str]):
+    """A task combining several small-set problems, as tau2's ``test`` and ``full`` sets do (their ids list up to 9
+    problems of the 19 the small set has): every problem's set-up and gold actions in turn, the assertions of
+    ``category``'s small task."""
+    by = {t.meta["tau2_id"]: t for t in env.tasks("test", 100)}
+    parts = [next(t for k, t in by.items() if f"]{issue}[" in k) for issue in issues]
+    base = next(t for k, t in by.items() if k.startswith(f"[{category}]"))
+    task = copy.deepcopy(base)
+    task.answer["initialization_actions"] = [parts[0].answer["initialization_actions"][0]] + [
+        a for p in parts for a in p.answer["initialization_actions"][1:]]
+    task.answer["actions"] = [a for p in parts for a in p.answer["actions"]]
+    task.answer["env_assertions"] = list({json.dumps(a, sort_keys=True): a for p in [base] + parts
+                                          for a in p.answer["env_assertions"]
+                                          if p is base or a["env_type"] == "assistant"}.values())
+    return task
+
+
+@pytest.mark.parametrize("category, issues", [
+    ("mobile_data_issue", ["data_mode_off", "data_saver_mode_on", "bad_vpn"]),
+    ("mms_issue", ["data_usage_exceeded", "break_app_sms_permission", "bad_wifi_calling"]),
+    ("mms_issue", ["user_abroad_roaming_disabled_off", "bad_network_preference", "break_apn_mms_setting"]),
+])
+def test_combined_problems_need_every_fix(env, category, issues):
+    task = combined(env, category, issues)
+    ep = play(env, task, scripted_expert, GoldCustomer(task))
+    assert ep.reward() == 1.0, ep.failure
+    ep = play(env, task, ["Is there anything else I can help you with?"], GoldCustomer(task))
+    assert ep.reward() == 0.0
+    # every fix but the last one is not enough
+    partial = copy.deepcopy(task)
+    partial.answer["actions"] = partial.answer["actions"][:-1]
+    ep = play(env, task, lambda t, msgs: scripted_expert(partial, msgs), GoldCustomer(task))
+    assert ep.reward() == 0.0 and "env assertion" in ep.failure
+
+
 # --- the phone's rules and tools on hand-made states ---------------------------------------------------------------
 
 
@@ -353,14 +388,20 @@ def test_paper_profile_scores_the_real_set_whole_and_needs_a_simulator(data_dir)
     assert TelecomEnv(seed=0).tasks("test", 2)[0].meta["source"] == "generated"  # mini: the generated desk
 
 
-def test_one_episode_with_the_mini_base_as_the_customer(data_dir):
-    sim = UserSimConfig(backend="hf", model=str(MINI_BASE), max_new_tokens=24, max_turns=3)
-    env = TelecomEnv(WorldsConfig(data_dir=str(data_dir), user_sim=sim))
-    task = env.tasks("test", 100)[8]  # airplane mode on
-    ep = env.start(task, max_turns=3)
-    while not ep.done:
-        ep.step("Could you check your status bar and tell me what it shows?")
-    rec = ep.record()  # whatever the tiny model said or called, the episode ends with a reason and a reward
-    assert rec["reward"] in (0.0, 1.0) and rec["user_sim"]["model"].startswith("policy:")
-    assert all(m["role"] != "tool" for m in rec["messages"])  # the agent called nothing; the customer's calls stay out
-    assert "tool_calls" in rec["user_sim"]
+def test_a_short_evaluation_with_the_mini_base_as_the_customer(data_dir, tmp_path):
+    """The evaluator on the real telecom set, the shipped mini base (hf backend, in process) playing the customer
+    with the phone's tools: it writes no useful text and no calls, so the episode ends at its turn limit, scored 0.
+    Without a simulator the same evaluation is refused before any scoring."""
+    from acl_lib.eval.harness import evaluate
+
+    cfg = load_config("smoke", [f"worlds.data_dir={data_dir}", "worlds.user_sim.backend=hf",
+                                f"worlds.user_sim.model={MINI_BASE}", "worlds.user_sim.max_new_tokens=16",
+                                "worlds.n_ood=1", "eval.max_turns=2"])
+    metrics = evaluate(cfg, "null", tmp_path, benchmarks=["telecom"])
+    assert metrics["n_tasks"] == {"telecom": 1} and metrics["scores"] == {"telecom": 0.0}
+    (rec,) = [json.loads(line) for line in (tmp_path / "records" / "telecom.jsonl").read_text().splitlines()]
+    assert rec["id"].startswith("telecom-[") and rec["user_sim"]["model"].startswith("policy:")
+    assert "tool_calls" in rec["user_sim"] and rec["user_sim"]["error"] is None and rec["failure"]
+    assert rec["messages"][1]["role"] == "user" and all(m["role"] != "tool" for m in rec["messages"])
+    with pytest.raises(ConfigError, match="worlds.user_sim.backend"):
+        evaluate(load_config("smoke", [f"worlds.data_dir={data_dir}"]), "null", tmp_path / "x", benchmarks=["telecom"])
