@@ -124,6 +124,21 @@ def test_every_task_replays_to_1_and_scores_0_without_any_action(env):
     assert all("expected action transfer_to_human_agents" in nothing[k][1] for k in held)
 
 
+def test_the_db_basis_compares_both_databases_with_the_gold_replay(env):
+    """No vendored task scores DB (tau2's telecom tasks are scored by assertions), so each is rescored by it here:
+    the gold episode leaves both databases as the gold replay does; doing nothing leaves the broken ones, except
+    where the only gold action is a transfer (it changes nothing)."""
+    for task in env.tasks("test", 100):
+        task.answer["reward_basis"] = ["DB"]
+        ep = play(env, task, scripted_expert, GoldCustomer(task))
+        assert ep.reward() == 1.0, (task.id, ep.failure)
+        ep = play(env, task, ["Is there anything else I can help you with?"], GoldCustomer(task))
+        transfer_only = [a["name"] for a in task.answer["actions"]] == ["transfer_to_human_agents"]
+        assert ep.reward() == (1.0 if transfer_only else 0.0), (task.id, ep.failure)
+        if not transfer_only:
+            assert "database differs from the gold outcome at " in ep.failure
+
+
 def test_user_tool_traffic_never_reaches_the_agent(env):
     task = next(t for t in env.tasks("test", 100) if t.meta["tau2_id"].startswith("[service_issue]overdue_bill"))
     chat = GoldCustomer(task)

@@ -172,9 +172,6 @@ class PhoneTools(Toolkit):
 
     TOOLS = PHONE_TOOLS
 
-    def __init__(self, db: dict):
-        super().__init__(db)
-
     @property
     def device(self) -> dict:
         return self.db["device"]

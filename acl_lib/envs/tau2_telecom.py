@@ -39,9 +39,10 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+from acl_lib.chat import format_tool_call
 from acl_lib.config import ConfigError
 from acl_lib.envs.base import Task, ToolError, function_schema, validate_arguments
-from acl_lib.envs.desk import TRANSFER_SCHEMA, Desk, DeskEpisode, Toolkit, db_diff, info_said
+from acl_lib.envs.desk import CLOSING, TRANSFER_SCHEMA, Desk, DeskEpisode, Toolkit, db_diff, info_said
 from acl_lib.envs.tau2_phone import PHONE_TOOLS, PhoneTools, phone_db
 
 TODAY = date(2025, 2, 25)  # tau2's telecom world is frozen on this day
@@ -491,9 +492,6 @@ def expert_plan(task: Task) -> list[str]:
     """The turns of an agent that knows a real task's gold actions, in their order: its own as tool calls, the
     customer's as requests naming the tool ("Please run toggle_roaming on your phone."; with the arguments where
     there are any), then the closing question (none after a transfer, which ends the conversation)."""
-    from acl_lib.chat import format_tool_call
-    from acl_lib.envs.desk import CLOSING
-
     turns = []
     for a in task.answer.get("actions") or []:
         if a.get("requestor") == "user":
@@ -508,6 +506,17 @@ def expert_plan(task: Task) -> list[str]:
 
 
 # --- the real data ------------------------------------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    """TOML values as JSON ones: dates and times (unquoted TOML dates) as ISO strings."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
 
 
 def agent_prompt(main_policy: str, manual: str) -> str:
@@ -551,6 +560,11 @@ class Tau2Telecom:
         missing = [t for t in ("plans", "customers", "lines", "bills") if not isinstance(self.db.get(t), list)]
         if missing:
             raise ConfigError(f"{self.root / 'db.toml'}: no list of {', '.join(missing)} (not tau2's telecom database)")
+        self.db, self.user_db = _jsonable(self.db), _jsonable(self.user_db)  # tool results are JSON
+        try:
+            phone_db(self.user_db)
+        except ValueError as exc:
+            raise ConfigError(f"{self.root / 'user_db.toml'}: {exc}") from None
         self.raw = json.loads((self.root / "tasks.json").read_text())
         split_file = self.root / "split_tasks.json"
         self.splits = json.loads(split_file.read_text()) if split_file.is_file() else {}
@@ -558,6 +572,7 @@ class Tau2Telecom:
                                           (self.root / "tech_support_manual.md").read_text())
         self.desk = TelecomDesk(self.db, self.user_db)
         self.skipped: dict[str, str] = {}  # task id -> why it cannot be played
+        self._playable: dict[str, list[Task]] = {}  # split -> its tasks that can be played (checked once)
 
     def task_ids(self, split: str) -> list[str]:
         """tau2's split ``split`` where ``split_tasks.json`` has it, else every task of ``tasks.json``."""
@@ -571,6 +586,15 @@ class Tau2Telecom:
         """The tasks of ``split``; ``n`` fewer than there are: a seeded sample, kept in the split's order. A task
         whose set-up or one of whose assertions fails to run, or whose basis needs an LLM judge (``NL_ASSERTION``), is
         left out (``skipped`` says why)."""
+        if split not in self._playable:
+            self._playable[split] = self._load(split)
+        out = list(self._playable[split])
+        if n < len(out):
+            chosen = set(random.Random(f"telecom-paper:{split}:{seed}").sample(range(len(out)), n))
+            out = [t for k, t in enumerate(out) if k in chosen]
+        return [copy.deepcopy(t) for t in out]
+
+    def _load(self, split: str) -> list[Task]:
         by_id = {str(t["id"]): t for t in self.raw}
         out = []
         for i in self.task_ids(split):
@@ -587,9 +611,6 @@ class Tau2Telecom:
                 self.skipped[i] = str(exc)
                 continue
             out.append(task)
-        if n < len(out):
-            chosen = set(random.Random(f"telecom-paper:{split}:{seed}").sample(range(len(out)), n))
-            out = [t for k, t in enumerate(out) if k in chosen]
         return out
 
     def start(self, task: Task, user_sim, max_turns: int = 16):
