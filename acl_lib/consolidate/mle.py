@@ -308,39 +308,26 @@ def train_lora_grpo(cfg, backbone_dir, domain: str, out_dir, init_adapter=None, 
     """The launcher's job ``lora_grpo``: GRPO on a LoRA adapter of the frozen backbone with the stages' rollouts
     (``grpo.build_trainer``'s recipe), continuing ``init_adapter`` (the cold start's) or a fresh adapter through
     TRL's ``peft_config``; the adapter goes to ``<out_dir>/model``. Resumes from ``<out_dir>/checkpoints``."""
-    import os
-
-    from trl import GRPOTrainer
-
-    from acl_lib.eval.harness import stop_token_ids
     from acl_lib.train import common, trl_env
-    from acl_lib.train.grpo import grpo_args
+    from acl_lib.train.grpo import build_trainer
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     common.set_threads(cfg)
     env = trl_env.make_env(domain, cfg)
     tasks = env.tasks("train", cfg.worlds.n_train, seed=cfg.seed)
-    model, tok = common.load_model_and_tokenizer(backbone_dir, cfg)
-    peft_kw = {}
+    peft_kw, model, tok = {}, None, None
     if init_adapter is not None:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
+        backbone, tok = common.load_model_and_tokenizer(backbone_dir, cfg)
+        model = PeftModel.from_pretrained(backbone, str(init_adapter), is_trainable=True)
     else:
         peft_kw["peft_config"] = lora_config(cfg, rank)
     multi = trl_env.is_multi_turn(tasks)
-    args = grpo_args(cfg, out_dir, multi_turn=multi, stop_ids=stop_token_ids(tok))
-    data = trl_env.grpo_dataset(tasks)
     log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "lora_grpo", "domain": domain})
-    if multi:
-        rollout = trl_env.EpisodeRollout(None, max_new_tokens=cfg.grpo.max_new_tokens)
-        rollout.chat_template(tok)
-        trainer = GRPOTrainer(model=model, args=args, train_dataset=data, processing_class=tok, callbacks=[log],
-                              environment_factory=trl_env.environment_factory(env, cfg.grpo.max_turns),
-                              rollout_func=rollout, **peft_kw)
-    else:
-        trainer = GRPOTrainer(model=model, args=args, train_dataset=data, processing_class=tok, callbacks=[log],
-                              reward_funcs=[trl_env.EpisodeReward(env, tok)], **peft_kw)
+    # the stages' GRPO recipe and rollouts (grpo.build_trainer), on the adapter
+    trainer = build_trainer(cfg, backbone_dir, env, tasks, out_dir, callbacks=[log], model=model, tokenizer=tok,
+                            **peft_kw)
+    tok = trainer.processing_class
     common.show_progress(trainer, "mle grpo")
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=common.last_checkpoint(out_dir))

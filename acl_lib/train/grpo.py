@@ -67,17 +67,25 @@ def grpo_args(cfg, out_dir, multi_turn: bool = False, stop_ids: list[int] | None
     )
 
 
-def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks=()):
+def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks=(), model=None, tokenizer=None,
+                  **trainer_kw):
     """A ready ``GRPOTrainer`` for ``tasks`` of ``env`` starting from ``model_dir``.
 
     ``policy``: override the rollout generator of multi-turn worlds (tests); ignored for single-turn worlds.
+    ``model`` and ``tokenizer``: an already loaded model (and its tokenizer) to train instead of ``model_dir``'s
+    (MLE: a PEFT adapter on a frozen backbone); ``trainer_kw`` go to ``GRPOTrainer`` (e.g. ``peft_config``).
     """
     from trl import GRPOTrainer
 
     from acl_lib.train import trl_env
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func / environment_factory are "experimental"
-    model, tok = common.load_model_and_tokenizer(model_dir, cfg)
+    if model is None:
+        model, tok = common.load_model_and_tokenizer(model_dir, cfg)
+    elif tokenizer is None:
+        raise ValueError("build_trainer: a loaded model needs its tokenizer")
+    else:
+        tok = tokenizer
     multi = trl_env.is_multi_turn(tasks)
     from acl_lib.eval.harness import stop_token_ids
 
@@ -89,11 +97,11 @@ def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks
         rollout.chat_template(tok)  # a template rollouts cannot render with fails here, before any step
         return GRPOTrainer(
             model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
-            environment_factory=trl_env.environment_factory(env, max_turns), rollout_func=rollout,
+            environment_factory=trl_env.environment_factory(env, max_turns), rollout_func=rollout, **trainer_kw,
         )
     return GRPOTrainer(
         model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
-        reward_funcs=[trl_env.EpisodeReward(env, tok)],
+        reward_funcs=[trl_env.EpisodeReward(env, tok)], **trainer_kw,
     )
 
 
