@@ -184,3 +184,33 @@ def reading(frame, ecom: list[dict]) -> str:
                         "; elsewhere the largest drop came from: "
                         + ", ".join(f"{e['order']} ({e['largest']})" for e in n_ecom if not e["ecom largest"]) + "."))
     return "\n".join(lines)
+
+
+def results_markdown(frame) -> str:
+    """Markdown of :func:`positions_frame` (what ``tools/readme_results.py`` puts in the README): each domain's
+    score after its own stage -> final, and its forgetting, at each position; then :func:`reading`."""
+    from acl_lib.report import _md_table
+
+    if not len(frame):
+        return reading(frame, [])
+    positions = sorted(int(p) for p in frame["position"].unique())
+    rows = []
+    for d in STUDY_ORDER:
+        part = frame[frame["domain"] == d]
+        if not len(part):
+            continue
+        cells = [f"{d} ({IN_DOMAIN[d]})"]
+        for p in positions:
+            r = part[part["position"] == p]
+            if not len(r):
+                cells.append("-")
+                continue
+            r = r.iloc[0]
+            num = lambda v: "-" if v is None or v != v else f"{v:.1f}"  # noqa: E731
+            cells.append(f"{num(r['after own stage'])} -> {num(r['final'])}"
+                         + (f", then {r['followed by']}" if r["followed by"] else " (last)"))
+        rows.append(cells)
+    head = ["domain"] + [f"position {p}" for p in positions]
+    return "\n".join(["Each domain's in-domain score after its own stage -> at the end of the order, at each "
+                      "position (and the stage that followed it):", "", _md_table(head, rows), "",
+                      reading(frame, ecom_damage(frame))])

@@ -631,6 +631,39 @@ def verdict_summary(rows: list[dict]) -> str:
     return ", ".join(f"{n} {v}" for v, n in counts.items())
 
 
+def results_markdown(data: FinalData) -> str:
+    """Markdown over every seed of ``data`` (what ``tools/readme_results.py --seeds`` puts in the README): the
+    trajectory and the main table in-domain (ours mean ± std, the study's figure in parentheses), the findings
+    with their verdicts, and what is missing."""
+    from acl_lib.report import _md_table
+
+    def table(frame, benchmarks):
+        rows = []
+        for label, rec in frame.iterrows():
+            cells = [label, int(rec[("seeds", "")])]
+            for b in benchmarks:
+                ours, theirs = rec.get((b, "ours"), "-"), rec.get((b, "study"), "")
+                cells.append(f"{ours} ({theirs})" if theirs else ours)
+            rows.append(cells)
+        return _md_table(["checkpoint", "seeds", *benchmarks], rows)
+
+    out = [f"Over seeds {', '.join(map(str, data.seeds))}: mean ± sample std of each seed's score (percent), the "
+           "study's figure in parentheses where it reports one.", "",
+           "The sequence, in-domain benchmarks:", "",
+           table(trajectory_frame(data, IN_DOMAIN_BENCHMARKS), IN_DOMAIN_BENCHMARKS), "",
+           "The main table, in-domain (out-of-domain columns are in notebook 12 and the report):", "",
+           table(main_frame(data, "in_domain"), [*IN_DOMAIN_BENCHMARKS, "in-domain mean"]), ""]
+    rows = findings(data)
+    esc = lambda v: str(v).replace("|", "\\|")  # noqa: E731  a rule may write |cosine|
+    out += [f"The study's findings, judged by notebook 12's rules ({verdict_summary(rows)}):", "",
+            _md_table(["finding", "verdict", "ours", "study", "rule"],
+                      [[esc(r[k]) for k in ("finding", "verdict", "ours", "study", "rule")] for r in rows])]
+    if data.missing:
+        out += ["", "Missing for some seeds: " + "; ".join(f"{w} (seeds {', '.join(map(str, s))})"
+                                                          for w, s in data.missing.items()) + "."]
+    return "\n".join(out)
+
+
 # --- figures ----------------------------------------------------------------------------------------------------
 
 

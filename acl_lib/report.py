@@ -11,6 +11,7 @@ once per notebook), and as a PNG (GitHub, nbviewer without JavaScript) when kale
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -669,8 +670,32 @@ RESULTS_BEGIN = "<!-- results:begin"
 RESULTS_END = "<!-- results:end -->"
 
 
-def write_results_section(readme: str | Path, cfg) -> str:
-    """Replace the text between the results markers of ``readme`` with :func:`results_markdown`; returns it."""
+def seeds_markdown(cfg, seeds: Sequence[int], overrides: Sequence[str] = ()) -> str:
+    """Notebook 12's tables over ``seeds`` as markdown (:func:`acl_lib.final.results_markdown`)."""
+    from acl_lib import final
+    from acl_lib.pipeline import checkpoint_names
+
+    dirs = final.seed_dirs(cfg.profile, seeds, overrides)
+    return final.results_markdown(final.collect(dirs, cfg.pipeline.curriculum, checkpoint_names(cfg, oracles=False)))
+
+
+def orders_markdown(cfg, orders: Sequence[Sequence[str]], overrides: Sequence[str] = ()) -> str:
+    """Notebook 13's result for ``orders`` in the seed of ``cfg`` as markdown, with each order's stages that
+    are not scored yet named (:func:`acl_lib.curriculum.results_markdown`)."""
+    from acl_lib import curriculum
+
+    cfgs = {tuple(o): curriculum.order_config(cfg.profile, overrides, cfg.seed, o) for o in orders}
+    results = {o: (curriculum.stage_names(c), curriculum.order_scores(c)) for o, c in cfgs.items()}
+    missing = [n for names, scores in results.values() for n in names if n not in scores]
+    text = curriculum.results_markdown(curriculum.positions_frame(results))
+    return text + (f"\n\nNot scored yet: {', '.join(missing)}." if missing else "")
+
+
+def write_results_section(readme: str | Path, cfg, seeds: Sequence[int] = (), orders: Sequence[Sequence[str]] = (),
+                          overrides: Sequence[str] = ()) -> str:
+    """Replace the text between the results markers of ``readme`` with :func:`results_markdown`, then, with
+    ``seeds``, the tables over those seeds (:func:`seeds_markdown`) and, with ``orders``, the curriculum-order
+    study (:func:`orders_markdown`); returns the text."""
     readme = Path(readme)
     text = readme.read_text()
     if RESULTS_BEGIN not in text or RESULTS_END not in text:
@@ -679,6 +704,11 @@ def write_results_section(readme: str | Path, cfg) -> str:
     marker_line, _ = rest.split("-->", 1)
     _, tail = rest.split(RESULTS_END, 1)
     body = results_markdown(cfg)
+    if seeds:
+        body += f"\n\n### Over seeds {', '.join(map(str, seeds))} (notebook 12)\n\n" + seeds_markdown(cfg, seeds, overrides)
+    if orders:
+        body += (f"\n\n### Curriculum orders (notebook 13, seed {cfg.seed})\n\n"
+                 + orders_markdown(cfg, orders, overrides))
     from acl_lib.atomic import atomic_write_text
 
     atomic_write_text(readme, f"{head}{RESULTS_BEGIN}{marker_line}-->\n{body}\n{RESULTS_END}{tail}")

@@ -317,3 +317,38 @@ def test_curriculum_positions_and_ecom_damage():
     damage = curriculum.ecom_damage(frame)
     assert damage[0]["largest"] is None and damage[0]["ecom largest"] is None
     assert "cannot be read here" in curriculum.reading(frame, damage)
+
+
+# --- what tools/readme_results.py writes ------------------------------------------------------------------------
+
+
+def test_results_markdown_shows_mean_std_the_study_verdicts_and_what_is_missing():
+    rows = seeded(STUDY_LIKE)
+    rows["seq_if"].pop(2)  # one seed short
+    data = make_data(rows)
+    data.missing = {"seq_if": [2]}  # what collect() finds for such a store (test_mean_std_over_seeds_and_missing_runs)
+    text = final.results_markdown(data)
+    lines = text.splitlines()
+    seq_math = next(l for l in lines if l.startswith("| seq_math |"))
+    assert seq_math.split(" | ")[1:3] == ["3", "40.5 ± 0.5 (25.8)"]  # seeds, aime26 mean ± std (study)
+    seq_final = next(l for l in lines if l.startswith("| seq_final |"))
+    assert seq_final.split(" | ")[1] == "2"
+    f1 = next(l for l in lines if l.startswith("| F1 |"))
+    assert f1.split(" | ")[1] == final.REPRODUCED
+    f4 = next(l for l in lines if l.startswith("| F4 |"))
+    assert "\\|" in f4 and len(f4.replace("\\|", "").split("|")) == 7  # a rule's |cosine| does not split the row
+    assert "Missing for some seeds: " in text and "seq_if (seeds 2)" in text
+
+
+def test_curriculum_markdown_puts_each_domain_at_its_position():
+    order_b = ["search", "ecom", "if", "math"]
+    sc_b = {"base": _scores(5, 10, 0, 20), "seq_math": _scores(5, 40, 0, 20), "seq_search": _scores(5, 12, 30, 20),
+            "seq_ecom": _scores(5, 20, 25, 80), "seq_if": _scores(40, 18, 20, 70)}
+    frame = curriculum.positions_frame({tuple(CUR): (SEQ, STUDY_LIKE), tuple(order_b): (SEQ, sc_b)})
+    text = curriculum.results_markdown(frame)
+    search = next(l for l in text.splitlines() if l.startswith("| search (nq) |")).strip("| ").split(" | ")
+    assert search[1] == "40.0 -> 18.0, then ecom"  # position 1 in order_b
+    assert search[2] == "45.0 -> 30.0, then ecom"  # position 2 in the study's order
+    assert search[3] == search[4] == "-"
+    assert "2 of 2 orders" in text
+    assert curriculum.results_markdown(curriculum.positions_frame({})) == "No order has been scored yet."
