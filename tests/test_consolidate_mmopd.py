@@ -91,10 +91,10 @@ def test_spec_rejects_prompts_without_a_teacher():
         mmopd.DistillSpec("x", "seq_if", teachers={"math": "seq_math"}, mixture={"math": 1, "search": 1})
 
 
-def test_mixture_counts_split_by_weight():
-    assert mmopd.mixture_counts({"math": 1, "search": 1, "ecom": 1, "if": 1}, 8) == {
+def test_prompts_per_domain_split_by_weight():
+    assert mmopd.prompts_per_domain({"math": 1, "search": 1, "ecom": 1, "if": 1}, 8) == {
         "math": 2, "search": 2, "ecom": 2, "if": 2}
-    c = mmopd.mixture_counts({"math": 3, "search": 1, "ecom": 0}, 8)
+    c = mmopd.prompts_per_domain({"math": 3, "search": 1, "ecom": 0}, 8)
     assert c == {"math": 6, "search": 2} and sum(c.values()) == 8
 
 

@@ -142,13 +142,13 @@ def _rows():
     return out
 
 
-def test_mixture_counts_follow_the_weights_capped_at_what_was_kept():
+def test_rows_per_domain_follow_the_weights_capped_at_what_was_kept():
     kept = {"math": 40, "search": 10, "ecom": 0, "if": 30}
-    assert sdft.mixture_counts(kept, {"math": 1, "search": 1, "ecom": 1, "if": 1}) == kept
-    assert sdft.mixture_counts(kept, {"math": 1, "search": 1, "ecom": 1, "if": 0.5}) == {
+    assert sdft.rows_per_domain(kept, {"math": 1, "search": 1, "ecom": 1, "if": 1}) == kept
+    assert sdft.rows_per_domain(kept, {"math": 1, "search": 1, "ecom": 1, "if": 0.5}) == {
         "math": 40, "search": 10, "ecom": 0, "if": 20}
-    assert sdft.mixture_counts(kept, {"math": 0.25, "if": 1}) == {"math": 10, "search": 0, "ecom": 0, "if": 30}
-    assert sdft.mixture_counts({"math": 0}, {"math": 1}) == {"math": 0}
+    assert sdft.rows_per_domain(kept, {"math": 0.25, "if": 1}) == {"math": 10, "search": 0, "ecom": 0, "if": 30}
+    assert sdft.rows_per_domain({"math": 0}, {"math": 1}) == {"math": 0}
 
 
 def test_orders_are_the_documented_ones():

@@ -157,7 +157,7 @@ class RoutedEnvironment:
         return self.envs[task.domain].start(task, max_turns=max_turns)
 
 
-def mixture_counts(mixture: Mapping[str, float], n: int) -> dict[str, int]:
+def prompts_per_domain(mixture: Mapping[str, float], n: int) -> dict[str, int]:
     """Prompts per domain: ``n`` split by the weights (largest remainders), each listed domain at least one."""
     total = sum(mixture.values())
     live = {d: w for d, w in mixture.items() if w > 0}
@@ -172,13 +172,13 @@ def mixture_counts(mixture: Mapping[str, float], n: int) -> dict[str, int]:
 
 def prompt_tasks(cfg, mixture: Mapping[str, float], n: int) -> list:
     """The prompt mixture: each stage domain's training split (its world built as the stage builds it), drawn
-    with ``cfg.seed + PROMPT_SEED_OFFSET``, ``mixture_counts`` of each, interleaved by a seeded shuffle."""
+    with ``cfg.seed + PROMPT_SEED_OFFSET``, ``prompts_per_domain`` of each, interleaved by a seeded shuffle."""
     import random
 
     from acl_lib.train.trl_env import make_env
 
     tasks = []
-    for domain, k in mixture_counts(mixture, n).items():
+    for domain, k in prompts_per_domain(mixture, n).items():
         tasks += make_env(domain, cfg).tasks("train", k, seed=cfg.seed + PROMPT_SEED_OFFSET)
     random.Random(f"mmopd-prompts:{cfg.seed}").shuffle(tasks)
     return tasks
@@ -295,7 +295,7 @@ def train_mmopd(cfg, out_dir, student_dir: str, teacher_dirs: Mapping[str, str],
     wall = time.perf_counter() - t0
     common.save_final_model(trainer, tok, out_dir)
     summary = common.summarize(common.read_log(out_dir / common.TRAIN_LOG), wall, job="mmopd", prompts=len(tasks),
-                               prompts_per_domain=mixture_counts(mixture, cfg.mmopd.n_prompts),
+                               prompts_per_domain=prompts_per_domain(mixture, cfg.mmopd.n_prompts),
                                **common.distributed_info(trainer))
     return common.write_summary(trainer, out_dir, summary)
 

@@ -37,7 +37,7 @@ only if, in this order (the first failed test is the one counted, ``filter.json`
 The kept rows (chat rows as the cold starts train on, ``train.sft.episode_row``, plus their domain, task id,
 sample index, task difficulty and length) are saved with ``datasets.Dataset.save_to_disk``.
 
-**Mixture** (``mixture_counts``): with kept counts ``k_d`` and weights ``w_d`` (``sdft.mixture``; a domain
+**Mixture** (``rows_per_domain``): with kept counts ``k_d`` and weights ``w_d`` (``sdft.mixture``; a domain
 absent from it weighs 0 and is left out), ``K = max k_d`` over the domains of positive weight and
 ``n_d = min(k_d, floor(w_d / max_w * K))``: the most-weighted domains give up to ``K`` rows, the others in
 proportion to their weight, each capped at what it kept. The shares are the weights' wherever no cap binds; a
@@ -470,7 +470,7 @@ class NoData(RuntimeError):
 # --- mixture and order -------------------------------------------------------------------------------------
 
 
-def mixture_counts(kept: Mapping[str, int], mixture: Mapping[str, float]) -> dict[str, int]:
+def rows_per_domain(kept: Mapping[str, int], mixture: Mapping[str, float]) -> dict[str, int]:
     """Rows of each domain in the union (module docstring): ``n_d = min(k_d, floor(w_d / max_w * K))``."""
     live = {d: float(mixture.get(d, 0.0)) for d in kept if mixture.get(d, 0.0) > 0 and kept[d] > 0}
     if not live:
@@ -506,12 +506,12 @@ def order_rows(rows: Sequence[dict], order: str, curriculum: Sequence[str], seed
 
 def build_union(rows: Sequence[dict], mixture: Mapping[str, float], order: str, curriculum: Sequence[str],
                 seed: int) -> tuple[list[dict], dict[str, int]]:
-    """The training union: ``mixture_counts`` rows of each domain (the first of a seeded shuffle of its kept
+    """The training union: ``rows_per_domain`` rows of each domain (the first of a seeded shuffle of its kept
     rows), in ``order``. Returns ``(rows, counts)``."""
     by_domain: dict[str, list[dict]] = {d: [] for d in curriculum}
     for r in rows:
         by_domain.setdefault(r["domain"], []).append(r)
-    counts = mixture_counts({d: len(v) for d, v in by_domain.items()}, mixture)
+    counts = rows_per_domain({d: len(v) for d, v in by_domain.items()}, mixture)
     picked = []
     for d, v in by_domain.items():
         v = list(v)
