@@ -422,7 +422,7 @@ class RetailEnv(Environment):
         self.worlds = worlds or WorldsConfig()
         self.seed = seed
         self._worlds: dict[int, dict] = {}  # world seed -> db dict (mini) ; -1 -> the real db (paper)
-        self._dbs: dict[int, RetailDB] = {}  # the same worlds validated once; episodes get forks of them
+        self._dbs: dict[int, RetailDB] = {}  # same keys: each world validated once; episodes get forks of it
         self._gold: dict[str, dict] = {}  # (world, gold actions) -> gold_state
         self.data_dir = self.worlds.data_dir
         if self.data_dir:
@@ -439,9 +439,12 @@ class RetailEnv(Environment):
         # Same signatures at both scales; the mini worlds' small models get the short descriptions.
         self.tool_schemas = tool_schemas(compact=not self.data_dir)
 
+    def _world_key(self, world_seed: int | None) -> int:
+        return -1 if self.data_dir else (self.seed if world_seed is None else int(world_seed))
+
     def world(self, world_seed: int | None = None) -> dict:
         """The database dict (tau2 schema) of a world: the real one in the paper profile."""
-        key = -1 if self.data_dir else (self.seed if world_seed is None else int(world_seed))
+        key = self._world_key(world_seed)
         if key not in self._worlds:
             self._worlds[key] = generate_world(key, n_users=tuple(self.worlds.retail_users))
         return self._worlds[key]
@@ -467,10 +470,9 @@ class RetailEnv(Environment):
 
             llm_user.simulator_for(self.worlds.user_sim)
         seed = (task.meta or {}).get("world_seed")
-        world = self.world(seed)
-        wkey = id(world)
+        wkey = self._world_key(seed)
         if wkey not in self._dbs:
-            self._dbs[wkey] = RetailDB.load(world)
+            self._dbs[wkey] = RetailDB.load(self.world(seed))
         key = json.dumps([seed, task.answer.get("actions")], sort_keys=True)
         if key not in self._gold:  # the gold end state of a task is computed once per environment
             self._gold[key] = gold_state(self._dbs[wkey], task.answer.get("actions") or [])
