@@ -165,7 +165,7 @@ def reading(frame, ecom: list[dict]) -> str:
         return "No order has been scored yet."
     lines = []
     for d in STUDY_ORDER:
-        part = frame[(frame["domain"] == d) & frame["forgetting"].notna()]
+        part = frame[(frame["domain"] == d) & frame["forgetting"].notna()].sort_values("position")
         if not len(part):
             continue
         worst = part.loc[part["forgetting"].idxmax()]
@@ -183,7 +183,33 @@ def reading(frame, ecom: list[dict]) -> str:
                      + (": the damage follows the retail stage wherever it is placed." if k == len(n_ecom) else
                         "; elsewhere the largest drop came from: "
                         + ", ".join(f"{e['order']} ({e['largest']})" for e in n_ecom if not e["ecom largest"]) + "."))
+    nxt = next_stage_largest(frame)
+    if nxt:
+        k = sum(r["next largest"] for r in nxt)
+        lines.append(f"\nThe stage right after a domain caused its largest drop in {k} of {len(nxt)} cases (a domain in "
+                     "an order with a later stage that lowered it)"
+                     + (": here forgetting follows what comes next, whatever that stage is." if k == len(nxt) else
+                        "; elsewhere a later stage did more: "
+                        + ", ".join(f"{r['domain']} in {r['order']} ({r['largest']})" for r in nxt if not r["next largest"])
+                        + "."))
     return "\n".join(lines)
+
+
+def next_stage_largest(frame) -> list[dict]:
+    """Per order and domain that some later stage lowered: the stage right after it, the later stage with the
+    largest drop, and ``next largest`` when they are the same (ties count for the stage right after)."""
+    out = []
+    for _, r in frame.iterrows():
+        if not r["followed by"]:
+            continue
+        drops = {d: r.get(f"drop {d}") for d in STUDY_ORDER}
+        drops = {d: v for d, v in drops.items() if v is not None and v == v}
+        if not drops or max(drops.values()) <= 0:
+            continue
+        top = max(drops.values())
+        out.append({"order": r["order"], "domain": r["domain"], "next": r["followed by"],
+                    "largest": max(drops, key=drops.get), "next largest": drops.get(r["followed by"]) == top})
+    return out
 
 
 def results_markdown(frame) -> str:

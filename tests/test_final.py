@@ -309,6 +309,12 @@ def test_curriculum_positions_and_ecom_damage():
     assert damage[curriculum.order_label(order_b)]["ecom largest"] is True
     text = curriculum.reading(frame, list(damage.values()))
     assert "2 of 2 orders" in text and "wherever it is placed" in text
+    # the study's order: math lost most to ecom (2 stages later), search and ecom to the stage right after;
+    # order_b: search lost most to ecom (next), ecom to if (next), if to math (next)
+    nxt = {(r["order"][:6], r["domain"]): r for r in curriculum.next_stage_largest(frame)}
+    assert nxt[("math →", "math")]["largest"] == "ecom" and not nxt[("math →", "math")]["next largest"]
+    assert nxt[("math →", "search")]["next largest"] and nxt[("search", "if")]["largest"] == "math"
+    assert "right after a domain caused its largest drop in 5 of 6 cases" in text and "math in math →" in text
     first = ["ecom", "if", "math", "search"]
     frame = curriculum.positions_frame({tuple(first): (names, sc_b)})
     assert curriculum.ecom_damage(frame)[0]["ecom largest"] is None  # nothing trained before the retail stage
