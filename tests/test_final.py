@@ -237,7 +237,8 @@ class _Doc(HTMLParser):
             self.title += data
 
 
-def test_write_report_structure(tmp_path):
+def _write_report(tmp_path) -> Path:
+    """A two-seed smoke store with the study-like trajectory, and its report."""
     out, pm = tmp_path / "out", tmp_path / "pm"
     overrides = [f"output_dir={out}", f"papermill_dir={pm}"]
     for s in (0, 1):
@@ -251,6 +252,11 @@ def test_write_report_structure(tmp_path):
 
     path = final.write_report("smoke", [0, 1], overrides)
     assert path == out / "smoke" / "report.html"
+    return path
+
+
+def test_write_report_structure(tmp_path):
+    path = _write_report(tmp_path)
     text = path.read_text()
     doc = _Doc()
     doc.feed(text)
@@ -263,6 +269,29 @@ def test_write_report_structure(tmp_path):
         assert (path.parent / href).resolve().is_file(), href
     assert "config_hash abc1" in text and "seq_ecom" in text
     assert "mmopd" in text  # listed as missing
+
+
+def _browser() -> str | None:
+    import shutil
+
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "chrome")) if p), None)
+
+
+@pytest.mark.skipif(_browser() is None, reason="no Chromium/Chrome here: test_write_report_structure checks the document")
+def test_report_renders_in_a_headless_browser(tmp_path):
+    """The report as a browser draws it: Chromium runs the inlined plotly.js offline and dumps the DOM it built."""
+    import subprocess
+
+    path = _write_report(tmp_path)
+    dom = subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", path.resolve().as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    doc = _Doc()
+    doc.feed(dom)
+    assert {"findings", "trajectory", "main-in-domain"} <= set(doc.tables)
+    # plotly draws each figure as <svg class="main-svg"> inside its div; an unrendered div stays empty
+    assert dom.count('class="main-svg"') >= 4, dom[:500]
+    assert "Plotly is not defined" not in dom
 
 
 # --- acl run's plan ------------------------------------------------------------------------------------------
