@@ -387,3 +387,31 @@ def test_curriculum_markdown_puts_each_domain_at_its_position():
     assert search[3] == search[4] == "-"
     assert "2 of 2 orders" in text
     assert curriculum.results_markdown(curriculum.positions_frame({})) == "No order has been scored yet."
+
+
+def test_readme_results_section_with_seeds_and_orders(tmp_path):
+    """tools/readme_results.py's writer: seed 0's tables, then notebook 12's over the seeds and notebook 13's
+    orders, between the markers only; an order not trained yet is named."""
+    from acl_lib import report
+    from acl_lib.config import load_config
+
+    out = tmp_path / "out"
+    overrides = [f"output_dir={out}"]
+    for s in (0, 1):
+        d = out / "smoke" / f"seed{s}"
+        for run, sc in STUDY_LIKE.items():
+            write_metrics(d, run, _jitter(sc, s))
+            for rel in (run, f"{run}/eval"):
+                (d / rel / "COMPLETE.json").write_text(json.dumps({"finished_at": "2026-12-02T00:00:00+00:00",
+                                                                   "duration_s": 1.0, "code": "abc"}))
+    readme = tmp_path / "README.md"
+    readme.write_text("# t\n\n<!-- results:begin (x) -->\nOLD TEXT\n<!-- results:end -->\n\ntail\n")
+    cfg = load_config("smoke", overrides, seed=0)
+    body = report.write_results_section(readme, cfg, seeds=[0, 1], orders=curriculum.rotations(CUR),
+                                        overrides=overrides)
+    text = readme.read_text()
+    assert text.startswith("# t\n\n<!-- results:begin (x) -->\n") and text.endswith("<!-- results:end -->\n\ntail\n")
+    assert "OLD TEXT" not in text and body in text
+    assert "### Over seeds 0, 1 (notebook 12)" in body and "40.5 ± 0.7 (25.8)" in body  # seq_math aime26: 40, 41
+    assert "### Curriculum orders (notebook 13, seed 0)" in body
+    assert "Not scored yet: seq1_search, seq2_search-ecom" in body  # the study's order is scored, the others not
