@@ -16,6 +16,7 @@ re-runs that stage and every stage after it (their input changed), and nothing b
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from acl_lib.config import Config
@@ -53,17 +54,40 @@ def eval_run(cfg: Config, trained: Run) -> Run:
     return Run(cfg, f"{trained.name}/{EVAL_DIR}", sections=EVAL_SECTIONS, inputs=[trained])
 
 
-def evaluate_checkpoint(cfg: Config, trained: Run) -> Run:
+def evaluate_checkpoint(cfg: Config, trained: Run, same_as: Run | None = None) -> Run:
     """Score ``<trained>/model`` on the whole suite into ``<trained>/eval/metrics.json`` (+ records/); skipped
     when that evaluation is complete for this checkpoint and these ``worlds`` / ``eval`` settings. With
-    ``launcher.eval_subprocess`` (paper) it runs in a process of its own, which frees the GPU when it ends."""
+    ``launcher.eval_subprocess`` (paper) it runs in a process of its own, which frees the GPU when it ends.
+
+    ``same_as``: a complete run whose model is the very same checkpoint (a copy); when its evaluation under these
+    settings is complete, it is copied (``metrics.json`` pointing at this model, ``records/``, ``same_as.json``)."""
     from acl_lib.eval.harness import evaluate, evaluate_in_subprocess
 
     if not trained.is_complete():
         raise RuntimeError(f"cannot evaluate {trained.name}: the run is not complete ({trained.path})")
     run = eval_run(cfg, trained)
+    source = eval_run(cfg, same_as) if same_as is not None else None
+    if source is not None and source.is_complete():
+        return run_once(run, _copy_eval_fn(source, model_dir(trained)))
     score = evaluate_in_subprocess if cfg.launcher.eval_subprocess else evaluate
     return run_once(run, lambda r: score(cfg, str(model_dir(trained)), r.path, suites="all"))
+
+
+def _copy_eval_fn(source: Run, model: Path):
+    """Fill an evaluation run with the outputs of ``source``, the complete evaluation of the same checkpoint."""
+    import shutil
+
+    def fn(run: Run) -> None:
+        metrics = json.loads((source.path / "metrics.json").read_text())
+        metrics["model"] = str(model)
+        if (source.path / "records").is_dir():
+            shutil.copytree(source.path / "records", run.path / "records", dirs_exist_ok=True)
+        run.write_json("same_as.json", {"run": source.name, "path": str(source.path),
+                                        "why": "the same checkpoint under the same evaluation settings"})
+        run.write_json("metrics.json", metrics)  # last: the scores appear once the copy is whole
+        run.logger.info("%s is the same evaluation as the complete run %s: copied", run.name, source.name)
+
+    return fn
 
 
 def stage_training_run(cfg: Config, name: str, domain: str, start: Run) -> Run:

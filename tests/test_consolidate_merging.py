@@ -240,3 +240,52 @@ def test_reading_says_what_each_merge_wins_and_loses():
     assert frame.loc["merge_uniform", ("aime26", "study")] == 14.79
     fig = figures.comparison_figure(scores, {"merge_uniform": {"aime26": 14.79}})
     assert len(fig.layout.annotations) == 11  # one panel per benchmark
+
+
+def test_a_merge_that_is_the_same_job_as_a_complete_one_is_copied_not_redone(smoke_cfg, monkeypatch):
+    """merge_grid and merge_balanced are the same merge whenever the validation search picks the same
+    coefficients: the second is copied from the first (model bytes, scores), its evaluation is not run, and
+    same_as.json says so; other coefficients or another method are not twins."""
+    import shutil
+
+    import acl_lib.eval.harness as harness
+    from acl_lib import pipeline
+    from acl_lib.model.build import build_base
+    from acl_lib.runs import run_once
+
+    cfg = smoke_cfg
+    build_base(cfg, evaluate=False)
+    base = pipeline.model_dir(pipeline.base_run(cfg))
+
+    def stage(r, k):
+        with r.atomic_dir("model") as tmp:
+            shutil.copytree(base, tmp, dirs_exist_ok=True)
+            t = load_file(str(tmp / "model.safetensors"))
+            g = torch.Generator().manual_seed(k)
+            save_file({n: v + 0.01 * torch.randn(v.shape, generator=g) for n, v in t.items()},
+                      str(tmp / "model.safetensors"), metadata={"format": "pt"})
+
+    for i in range(1, 5):
+        run_once(pipeline.sequential_run(cfg, i), lambda r, i=i: stage(r, i))
+    seqs = tuple(pipeline.seq_run_names(cfg))
+    grid = merging.run_merge(cfg, MergeSpec("merge_grid", seqs, (0.5, 0.25, 0.25, 0.25)))
+    assert not (grid.path / "same_as.json").exists()
+    assert merging.merge_twin(cfg, MergeSpec("merge_x", seqs, (0.5, 0.25, 0.25, 0.5))) is None
+    assert merging.merge_twin(cfg, MergeSpec("merge_x", seqs, (0.5, 0.25, 0.25, 0.25), method="ties")) is None
+    assert merging.merge_twin(cfg, MergeSpec("merge_x", seqs, (0.5, 0.25, 0.25, 0.25), density=0.5)).name == "merge_grid"
+
+    def no_eval(*a, **k):
+        raise AssertionError("a twin's evaluation must be copied, not run")
+
+    monkeypatch.setattr(harness, "evaluate", no_eval)
+    bal = merging.run_merge(cfg, MergeSpec("merge_balanced", seqs, (0.5, 0.25, 0.25, 0.25)))
+    assert json.loads((bal.path / "same_as.json").read_text())["run"] == "merge_grid"
+    assert (bal.path / "model" / "model.safetensors").read_bytes() == (grid.path / "model" / "model.safetensors").read_bytes()
+    assert json.loads((bal.path / "merge.json").read_text())["name"] == "merge_balanced"
+    a = json.loads((grid.path / "eval" / "metrics.json").read_text())
+    b = json.loads((bal.path / "eval" / "metrics.json").read_text())
+    assert b["scores"] == a["scores"] and b["model"] == str(bal.path / "model")
+    assert (bal.path / "eval" / "same_as.json").is_file()
+    assert sorted(p.name for p in (bal.path / "eval" / "records").iterdir()) == \
+        sorted(p.name for p in (grid.path / "eval" / "records").iterdir())
+    assert pipeline.eval_run(cfg, bal).is_complete()

@@ -280,27 +280,69 @@ def merge_run(cfg, spec: MergeSpec):
     return Run(cfg, spec.name, sections=MERGE_SECTIONS, inputs=inputs, extra={"merge": spec.to_dict()})
 
 
+def _same_job(a: MergeSpec, b: MergeSpec) -> bool:
+    """The same merged weights: same checkpoints, coefficients and method; density only where the method reads
+    it (TIES, DARE), DARE's seed only for DARE."""
+    if (a.sources, a.weights, a.method) != (b.sources, b.weights, b.method):
+        return False
+    return a.method == "task_arithmetic" or (a.density == b.density and (a.method != "dare" or a.seed == b.seed))
+
+
+def merge_twin(cfg, spec: MergeSpec):
+    """A complete merge run of this seed directory, under another name, that is the same job as ``spec`` (the
+    same merged weights from the same complete input checkpoints), or None. ``merge_grid`` and ``merge_balanced``
+    are twins whenever the validation search picks the same coefficients for both."""
+    for path in sorted(cfg.seed_dir().glob("*/merge.json")):
+        if path.parent.name == spec.name:
+            continue
+        try:
+            done = json.loads(path.read_text())
+            other = MergeSpec(path.parent.name, done["sources"], done["weights"], done.get("method", "task_arithmetic"),
+                              done.get("density", 1.0), done.get("seed", 0))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if _same_job(spec, other):
+            run = merge_run(cfg, other)
+            if run.is_complete():  # keyed on its spec and its inputs' completion records, as ours
+                return run
+    return None
+
+
 def run_merge(cfg, spec: MergeSpec, evaluate: bool = True):
     """Merge (skipped when the run is complete), then score the merge on the whole suite through the pipeline's
-    evaluation run (``<merge>/eval/metrics.json``). Returns the merge run."""
+    evaluation run (``<merge>/eval/metrics.json``). Returns the merge run.
+
+    When another complete merge is the same job (``merge_twin``), its model and its evaluation are copied, not
+    computed again, and ``same_as.json`` says so in both runs."""
     from acl_lib import pipeline
     from acl_lib.runs import run_once
 
     runs = _complete_inputs(cfg, spec.sources)
     base_dir, source_dirs = pipeline.model_dir(runs[0]), [pipeline.model_dir(r) for r in runs[1:]]
+    twin = merge_twin(cfg, spec)
 
     def fn(run) -> None:
         from acl_lib.diagnostics.weights import resolve_model_dir
 
-        with run.atomic_dir("model") as tmp:
-            summary = merge_checkpoints(resolve_model_dir(base_dir), source_dirs, spec.weights, tmp,
-                                        spec.method, spec.density, spec.seed, progress=True)
+        if twin is not None:
+            with run.atomic_dir("model") as tmp:
+                shutil.copytree(twin.path / "model", tmp, dirs_exist_ok=True)
+            summary = {k: v for k, v in json.loads((twin.path / "merge.json").read_text()).items()
+                       if k not in spec.to_dict()}
+            run.write_json("same_as.json", {"run": twin.name, "path": str(twin.path),
+                                            "why": "the same checkpoints, coefficients and method"})
+            run.logger.info("merge %s is the same job as the complete merge %s: copied", spec.name, twin.name)
+        else:
+            with run.atomic_dir("model") as tmp:
+                summary = merge_checkpoints(resolve_model_dir(base_dir), source_dirs, spec.weights, tmp,
+                                            spec.method, spec.density, spec.seed, progress=True)
         run.write_json("merge.json", {**spec.to_dict(), **summary})
         run.logger.info("merge %s: %s", spec.name, summary)
 
     run = run_once(merge_run(cfg, spec), fn)
     if evaluate:
-        pipeline.evaluate_checkpoint(cfg, run)
+        pipeline.evaluate_checkpoint(cfg, run, same_as=twin if twin is not None and (run.path / "same_as.json").is_file()
+                                     else None)
     return run
 
 
