@@ -68,22 +68,27 @@ def evaluate_checkpoint(cfg: Config, trained: Run, same_as: Run | None = None) -
     run = eval_run(cfg, trained)
     source = eval_run(cfg, same_as) if same_as is not None else None
     if source is not None and source.is_complete():
-        return run_once(run, _copy_eval_fn(source, model_dir(trained)))
+        return run_once(run, copy_eval_fn(source, model=str(model_dir(trained))))
     score = evaluate_in_subprocess if cfg.launcher.eval_subprocess else evaluate
     return run_once(run, lambda r: score(cfg, str(model_dir(trained)), r.path, suites="all"))
 
 
-def _copy_eval_fn(source: Run, model: Path):
-    """Fill an evaluation run with the outputs of ``source``, the complete evaluation of the same checkpoint."""
+def copy_eval_fn(source: Run, model: str | None = None, files: tuple[str, ...] = (),
+                 why: str = "the same checkpoint under the same evaluation settings"):
+    """Fill an evaluation run with the outputs of ``source``, a complete evaluation that this one would repeat:
+    ``records/``, ``files`` and ``metrics.json`` (with ``model`` set to ``model`` when given)."""
     import shutil
 
     def fn(run: Run) -> None:
         metrics = json.loads((source.path / "metrics.json").read_text())
-        metrics["model"] = str(model)
+        if model is not None:
+            metrics["model"] = model
         if (source.path / "records").is_dir():
             shutil.copytree(source.path / "records", run.path / "records", dirs_exist_ok=True)
-        run.write_json("same_as.json", {"run": source.name, "path": str(source.path),
-                                        "why": "the same checkpoint under the same evaluation settings"})
+        for rel in files:
+            if (source.path / rel).is_file():
+                shutil.copy2(source.path / rel, run.path / rel)
+        run.write_json("same_as.json", {"run": source.name, "path": str(source.path), "why": why})
         run.write_json("metrics.json", metrics)  # last: the scores appear once the copy is whole
         run.logger.info("%s is the same evaluation as the complete run %s: copied", run.name, source.name)
 

@@ -2,7 +2,8 @@
 real search world, tiny model); the context router reads no label field; a mixed batch through PEFT's
 ``adapter_names`` gives each episode exactly what its adapter alone gives (greedy, token for token, through the
 evaluator's multi-turn loop); the learned router is scored on held-out contexts it never trained on; the vLLM
-multi-LoRA requests are rendered without vLLM."""
+multi-LoRA requests are rendered without vLLM; an evaluation another router would repeat decision for decision is
+copied."""
 
 from __future__ import annotations
 
@@ -291,3 +292,63 @@ def test_switch_episode_changes_desk_and_keeps_one_message_list(smoke_cfg):
     assert any(m["role"] == "tool" for m in msgs)  # the search turn is still in the conversation
     router = mle.ContextRouter("if")
     assert router.route_task(ep.task, msgs) == "ecom" != router.route_task(a.task, a.messages)  # the new desk
+
+
+# --- an evaluation that another router would repeat -------------------------------------------------------------
+
+
+def test_an_mle_evaluation_whose_routes_another_router_repeats_is_copied(tmp_path, monkeypatch):
+    """``mle_learned`` is evaluated by copying ``mle``'s evaluation when the learned router makes every routing
+    decision the context router recorded there (then both policies generate the same tokens); one decision it
+    would make differently and it is evaluated itself."""
+    from acl_lib import pipeline
+    from acl_lib.config import load_config
+    from acl_lib.runs import Run, run_once
+
+    cfg = load_config("smoke", [f"output_dir={tmp_path / 'outputs'}"], seed=0)
+    done = lambda r: None  # noqa: E731  the runs the evaluation depends on, complete without training
+    for run in [mle.start_run(cfg, "sdft_base"), mle.router_run(cfg)] + \
+            [mle.expert_run(cfg, mle.MLESpec(), d) for d in cfg.pipeline.curriculum]:
+        run_once(run, done)
+    ctx, learned_spec = mle.MLESpec("mle"), mle.MLESpec("mle_learned", router="learned")
+    contexts = [mle.Context.of(t) for ts in mle.benchmark_tasks(cfg).values() for t in ts]
+    learned = mle.LearnedRouter(cfg.pipeline.curriculum, 64)  # untrained: one class everywhere, unlike the rule
+    learned.save(mle.router_run(cfg).path / mle.ROUTER_FILE)
+    for spec in (ctx, learned_spec):
+        run_once(mle.mle_run(cfg, spec), lambda r, spec=spec: r.write_json(mle.MLE_JSON, {
+            "name": spec.name, "start": spec.start, "router": spec.router, "rank": cfg.mle.rank}))
+
+    def evaluated(decisions):
+        ev = Run(cfg, f"mle/{pipeline.EVAL_DIR}", sections=pipeline.EVAL_SECTIONS, inputs=[mle.mle_run(cfg, ctx)])
+
+        def fn(r):
+            r.write_json("metrics.json", {"scores": {"aime26": 12.5}, "model": "mle"})
+            (r.path / "records").mkdir()
+            (r.path / "records" / "aime26.jsonl").write_text("{}\n")
+            r.write_json(mle.ROUTES_JSON, {"episodes_per_expert": {}, "decisions": mle.decisions_json(decisions)})
+
+        run_once(ev, fn)
+        return ev
+
+    same = [(c, learned.route(c)) for c in contexts]
+    blob = mle.decisions_json(same)
+    assert len(blob["strings"]) < 3 * len(same)  # system prompts and tool lists stored once
+    assert mle.decisions_from_json(json.loads(json.dumps(blob))) == same
+    differ = same[:-1] + [(same[-1][0], next(d for d in cfg.pipeline.curriculum if d != same[-1][1]))]
+
+    evaluated(differ)
+    assert mle.eval_twin(cfg, learned_spec) is None  # the last episode would go to another expert
+    import shutil
+
+    shutil.rmtree(mle.mle_run(cfg, ctx).path / pipeline.EVAL_DIR)
+    evaluated(same)
+    assert mle.eval_twin(cfg, learned_spec).name == f"mle/{pipeline.EVAL_DIR}"
+    assert mle.eval_twin(cfg, mle.MLESpec("mle_r4", rank=4)) is None  # other experts: never a twin
+
+    monkeypatch.setattr(mle, "make_mle_policy", lambda *a, **k: pytest.fail("a twin's evaluation must be copied"))
+    monkeypatch.setattr(mle, "backbone_check", lambda *a, **k: pytest.fail("mle_learned is complete already"))
+    mle.run_mle(cfg, learned_spec)
+    out = mle.mle_run(cfg, learned_spec).path / pipeline.EVAL_DIR
+    assert json.loads((out / "metrics.json").read_text()) == {"scores": {"aime26": 12.5}, "model": "mle_learned"}
+    assert json.loads((out / "same_as.json").read_text())["run"] == f"mle/{pipeline.EVAL_DIR}"
+    assert (out / "records" / "aime26.jsonl").is_file() and (out / mle.ROUTES_JSON).is_file()

@@ -510,6 +510,44 @@ class Router:
         return self.route(Context.of(task, messages))
 
 
+class RecordingRouter(Router):
+    """``router``, keeping every decision it makes (``decisions``: ``(Context, expert)``). The evaluation of an
+    MLE system records them in ``routes.json`` so that another router can be checked against the very contexts it
+    would see (``routes_agree``)."""
+
+    def __init__(self, router: Router):
+        self.router = router
+        self.name = router.name
+        self.decisions: list[tuple[Context, str]] = []
+
+    def route(self, context: Context) -> str:
+        d = self.router.route(context)
+        self.decisions.append((context, d))
+        return d
+
+
+def decisions_json(decisions: Sequence[tuple[Context, str]]) -> dict:
+    """``{"strings": [...], "rows": [[system, tools, user, expert], ...]}``: each distinct system prompt, tool list
+    and user turn stored once (the rows index ``strings``; ``tools`` is the JSON list of the tool schemas)."""
+    strings: dict[str, int] = {}
+
+    def ix(text: str) -> int:
+        return strings.setdefault(text, len(strings))
+
+    rows = [[ix(c.system), ix(json.dumps(list(c.tools))), ix(c.user), d] for c, d in decisions]
+    return {"strings": list(strings), "rows": rows}
+
+
+def decisions_from_json(obj: Mapping) -> list[tuple[Context, str]]:
+    s = obj["strings"]
+    return [(Context(s[a], tuple(json.loads(s[b])), s[c]), d) for a, b, c, d in obj["rows"]]
+
+
+def routes_agree(router: Router, decisions: Sequence[tuple[Context, str]]) -> bool:
+    """Whether ``router`` makes every one of ``decisions`` (and there is at least one)."""
+    return bool(decisions) and all(router.route(c) == d for c, d in decisions)
+
+
 _SEARCH_WORDS = re.compile(r"search engine|search tool|knowledge corpus|`search`", re.I)
 _DESK_WORDS = re.compile(r"customer|support agent|service agent|agent policy|desk policy|\border\b|refund", re.I)
 _ANSWER_CONTRACT = re.compile(r"Answer:\s*\$", re.I)
@@ -1032,22 +1070,67 @@ def run_mle(cfg, spec: MLESpec, evaluate: bool = True):
     run_once(run, fn)
     if evaluate:
         ev = Run(cfg, f"{spec.name}/{pipeline.EVAL_DIR}", sections=pipeline.EVAL_SECTIONS, inputs=[run])
+        twin = eval_twin(cfg, spec)
 
         def score(r) -> None:
             from acl_lib.eval.harness import evaluate as evaluate_suite
             from acl_lib.seeding import seed_and_threads
 
             seed_and_threads(cfg.seed, cfg.torch_threads)
-            policy = make_mle_policy(cfg, spec)
+            router = RecordingRouter(make_router(cfg, spec.router))
+            policy = make_mle_policy(cfg, spec, router=router)
             try:
                 evaluate_suite(cfg, spec.name, r.path, suites="all", policy=policy)
             finally:
                 policy.close()
-            routes = Counter(d for d, _ in getattr(policy, "route_log", []))
-            r.write_json("routes.json", {"episodes_per_expert": dict(routes)})
+            routes = Counter(d for _, d in router.decisions)
+            r.write_json(ROUTES_JSON, {"episodes_per_expert": dict(routes), "decisions": decisions_json(router.decisions)})
 
-        run_once(ev, score)
+        if twin is not None and not ev.is_complete():
+            run.logger.info("MLE %s routes every episode of the complete evaluation %s as it did: copied", spec.name,
+                            twin.name)
+            run_once(ev, pipeline.copy_eval_fn(twin, model=spec.name, files=(ROUTES_JSON,)))
+        else:
+            run_once(ev, score)
     return run
+
+
+ROUTES_JSON = "routes.json"
+
+
+def eval_twin(cfg, spec: MLESpec):
+    """A complete MLE evaluation of this seed directory that ``spec``'s would repeat, or None: the same experts
+    (start and rank) on the same backbone, whose recorded routing decisions (``routes.json``) ``spec``'s router
+    makes on every episode. The policies then generate the same tokens for every episode, so the scores are the
+    same; ``mle`` and ``mle_learned`` are twins whenever the learned router agrees with the context router."""
+    from acl_lib import pipeline
+    from acl_lib.runs import Run
+
+    router = None
+    for path in sorted(cfg.seed_dir().glob(f"*/{MLE_JSON}")):
+        if path.parent.name == spec.name:
+            continue
+        try:
+            done = json.loads(path.read_text())
+            other = MLESpec(path.parent.name, start=done["start"], router=done["router"],
+                            rank=None if done.get("rank") == cfg.mle.rank else done.get("rank"))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if other.expert_prefix(cfg) != spec.expert_prefix(cfg) or not mle_run(cfg, other).is_complete():
+            continue
+        ev = Run(cfg, f"{other.name}/{pipeline.EVAL_DIR}", sections=pipeline.EVAL_SECTIONS, inputs=[mle_run(cfg, other)])
+        if not ev.is_complete() or not (ev.path / ROUTES_JSON).is_file():
+            continue
+        recorded = json.loads((ev.path / ROUTES_JSON).read_text()).get("decisions")
+        if not recorded:
+            continue  # an evaluation from before decisions were recorded
+        if router is None:
+            if spec.router == "learned" and not router_run(cfg).is_complete():
+                return None
+            router = make_router(cfg, spec.router)
+        if routes_agree(router, decisions_from_json(recorded)):
+            return ev
+    return None
 
 
 # --- measurements ------------------------------------------------------------------------------------------
