@@ -676,7 +676,18 @@ def seeds_markdown(cfg, seeds: Sequence[int], overrides: Sequence[str] = ()) -> 
     from acl_lib.pipeline import checkpoint_names
 
     dirs = final.seed_dirs(cfg.profile, seeds, overrides)
-    return final.results_markdown(final.collect(dirs, cfg.pipeline.curriculum, checkpoint_names(cfg, oracles=False)))
+    data = final.collect(dirs, cfg.pipeline.curriculum, checkpoint_names(cfg, oracles=False))
+    done, codes = [], set()
+    for d in dirs.values():
+        for run in dict.fromkeys([*data.seq_runs, *(r for _, r in final.main_rows(data))]):
+            p = Path(d) / run / "eval" / "COMPLETE.json"
+            if p.is_file():
+                c = json.loads(p.read_text())
+                done.append(c.get("finished_at") or "")
+                codes.add(c.get("code") or "unrecorded")
+    made = (f" Their evaluations finished {min(done)[:10]} to {max(done)[:10]}; code {', '.join(sorted(codes))}."
+            if done else "")
+    return final.results_markdown(data).replace("\n", made + "\n", 1)
 
 
 def orders_markdown(cfg, orders: Sequence[Sequence[str]], overrides: Sequence[str] = ()) -> str:

@@ -413,5 +413,5 @@ def test_readme_results_section_with_seeds_and_orders(tmp_path):
     assert text.startswith("# t\n\n<!-- results:begin (x) -->\n") and text.endswith("<!-- results:end -->\n\ntail\n")
     assert "OLD TEXT" not in text and body in text
     assert "### Over seeds 0, 1 (notebook 12)" in body and "40.5 ± 0.7 (25.8)" in body  # seq_math aime26: 40, 41
-    assert "### Curriculum orders (notebook 13, seed 0)" in body
+    assert "### Curriculum orders (notebook 13, seed 0)" in body and "finished 2026-12-02 to 2026-12-02; code abc." in body
     assert "Not scored yet: seq1_search, seq2_search-ecom" in body  # the study's order is scored, the others not
