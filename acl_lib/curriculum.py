@@ -65,6 +65,11 @@ def order_scores(cfg) -> dict[str, dict[str, float]]:
     return load_scores(cfg.seed_dir(), stage_names(cfg))
 
 
+def scores_by_order(cfgs: Mapping[tuple[str, ...], object]) -> dict[tuple[str, ...], tuple[list[str], dict]]:
+    """``{order: (run names, scores)}`` for ``{order: its config}``: what :func:`positions_frame` reads."""
+    return {o: (stage_names(c), order_scores(c)) for o, c in cfgs.items()}
+
+
 def order_durations(cfg) -> dict[str, float | None]:
     """Training + evaluation seconds of each stage (from the runs' completion records; a stage skipped here
     reports the time it took when it ran)."""
@@ -220,6 +225,7 @@ def results_markdown(frame) -> str:
     if not len(frame):
         return reading(frame, [])
     positions = sorted(int(p) for p in frame["position"].unique())
+    num = lambda v: "-" if v is None or v != v else f"{v:.1f}"  # noqa: E731  NaN: not scored
     rows = []
     for d in STUDY_ORDER:
         part = frame[frame["domain"] == d]
@@ -232,7 +238,6 @@ def results_markdown(frame) -> str:
                 cells.append("-")
                 continue
             r = r.iloc[0]
-            num = lambda v: "-" if v is None or v != v else f"{v:.1f}"  # noqa: E731
             cells.append(f"{num(r['after own stage'])} -> {num(r['final'])}"
                          + (f", then {r['followed by']}" if r["followed by"] else " (last)"))
         rows.append(cells)

@@ -631,10 +631,11 @@ def verdict_summary(rows: list[dict]) -> str:
     return ", ".join(f"{n} {v}" for v, n in counts.items())
 
 
-def results_markdown(data: FinalData) -> str:
+def results_markdown(data: FinalData, provenance: str = "") -> str:
     """Markdown over every seed of ``data`` (what ``tools/readme_results.py --seeds`` puts in the README): the
     trajectory and the main table in-domain (ours mean ± std, the study's figure in parentheses), the findings
-    with their verdicts, and what is missing."""
+    with their verdicts, and what is missing. ``provenance``: a sentence for the first paragraph (when and by
+    which code the runs were made)."""
     from acl_lib.report import _md_table
 
     def table(frame, benchmarks):
@@ -648,7 +649,7 @@ def results_markdown(data: FinalData) -> str:
         return _md_table(["checkpoint", "seeds", *benchmarks], rows)
 
     out = [f"Over seeds {', '.join(map(str, data.seeds))}: mean ± sample std of each seed's score (percent), the "
-           "study's figure in parentheses where it reports one.", "",
+           "study's figure in parentheses where it reports one." + (f" {provenance}" if provenance else ""), "",
            "The sequence, in-domain benchmarks:", "",
            table(trajectory_frame(data, IN_DOMAIN_BENCHMARKS), IN_DOMAIN_BENCHMARKS), "",
            "The main table, in-domain (out-of-domain columns are in notebook 12 and the report):", "",

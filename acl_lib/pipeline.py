@@ -138,7 +138,7 @@ def run_sequential_stage(cfg: Config, index: int) -> Run:
     if index == 1:  # stage 1 from the base is the same job as the domain's oracle (see run_oracle): reuse it
         twin = oracle_run(cfg, domain)
         if twin.is_complete():
-            fn = _copy_run_fn(twin)
+            fn = copy_run_fn(twin)
     run_once(run, fn)
     evaluate_checkpoint(cfg, run)
     return run
@@ -148,19 +148,23 @@ def oracle_run(cfg: Config, domain: str) -> Run:
     return stage_training_run(cfg, f"oracle_{domain}", domain, base_run(cfg))
 
 
-def _copy_run_fn(source: Run):
-    """Fill a run with the outputs of ``source``, a complete run of the very same job."""
+STAGE_FILES = ("stage.json", "train_summary.json", "train_log.jsonl")
+
+
+def copy_run_fn(source: Run, files: tuple[str, ...] = STAGE_FILES,
+                why: str = "same stage recipe from the same base with the same seed"):
+    """Fill a run with the outputs of ``source``, a complete run of the very same job: its ``model/`` (written
+    atomically), ``files`` and ``same_as.json`` saying why."""
     import shutil
 
     def fn(run: Run) -> None:
         with run.atomic_dir("model") as tmp:
             shutil.copytree(source.path / "model", tmp, dirs_exist_ok=True)
-        for rel in ("stage.json", "train_summary.json", "train_log.jsonl"):
+        for rel in files:
             if (source.path / rel).is_file():
                 shutil.copy2(source.path / rel, run.path / rel)
-        run.write_json("same_as.json", {"run": source.name, "path": str(source.path),
-                                        "why": "same stage recipe from the same base with the same seed"})
-        run.logger.info("%s is the same job as the complete run %s: copied, not retrained", run.name, source.name)
+        run.write_json("same_as.json", {"run": source.name, "path": str(source.path), "why": why})
+        run.logger.info("%s is the same job as the complete run %s: copied, not redone", run.name, source.name)
 
     return fn
 
@@ -177,7 +181,7 @@ def run_oracle(cfg: Config, domain: str) -> Run:
     if not base.is_complete():
         raise RuntimeError(f"oracles need the complete base run first ({base.path}); run notebook 00")
     twin = oracle_twin(cfg, domain)
-    fn = _copy_run_fn(twin) if twin is not None else _stage_fn(domain, base)
+    fn = copy_run_fn(twin) if twin is not None else _stage_fn(domain, base)
     run = run_once(oracle_run(cfg, domain), fn)
     evaluate_checkpoint(cfg, run)
     return run

@@ -602,15 +602,10 @@ def results_markdown(cfg) -> str:
     scores = load_scores(cfg.seed_dir(), names)
     if not scores:
         raise FileNotFoundError(f"no evaluated runs in {cfg.seed_dir()}: run the notebooks first (acl run)")
-    done, durations, codes = [], {}, set()
-    for n in names:
-        for part in (n, f"{n}/eval"):
-            p = cfg.seed_dir() / part / "COMPLETE.json"
-            if p.exists():
-                c = json.loads(p.read_text())
-                done.append(c["finished_at"])
-                durations[part] = c.get("duration_s", 0.0)
-                codes.add(c.get("code") or "unrecorded")
+    records = completion_records([cfg.seed_dir()], [p for n in names for p in (n, f"{n}/eval")])
+    done = [c["finished_at"] for c in records.values()]
+    durations = {part: c.get("duration_s", 0.0) for (_, part), c in records.items()}
+    codes = {c.get("code") or "unrecorded" for c in records.values()}
     own = {f"seq_{d}": IN_DOMAIN[d] for d in IN_DOMAIN} | {f"oracle_{d}": IN_DOMAIN[d] for d in IN_DOMAIN}
     rows = []
     for run, s in scores.items():
@@ -670,24 +665,31 @@ RESULTS_BEGIN = "<!-- results:begin"
 RESULTS_END = "<!-- results:end -->"
 
 
+def completion_records(seed_dirs: Sequence[str | Path], parts: Sequence[str]) -> dict[tuple[str, str], dict]:
+    """``{(seed dir, run): COMPLETE.json}`` for each of ``parts`` (run names, ``<run>/eval`` too) that is complete."""
+    out = {}
+    for d in seed_dirs:
+        for part in parts:
+            p = Path(d) / part / "COMPLETE.json"
+            if p.is_file():
+                out[(str(d), part)] = json.loads(p.read_text())
+    return out
+
+
 def seeds_markdown(cfg, seeds: Sequence[int], overrides: Sequence[str] = ()) -> str:
-    """Notebook 12's tables over ``seeds`` as markdown (:func:`acl_lib.final.results_markdown`)."""
+    """Notebook 12's tables over ``seeds`` as markdown (:func:`acl_lib.final.results_markdown`), saying when
+    their evaluations finished and which code made them."""
     from acl_lib import final
     from acl_lib.pipeline import checkpoint_names
 
     dirs = final.seed_dirs(cfg.profile, seeds, overrides)
     data = final.collect(dirs, cfg.pipeline.curriculum, checkpoint_names(cfg, oracles=False))
-    done, codes = [], set()
-    for d in dirs.values():
-        for run in dict.fromkeys([*data.seq_runs, *(r for _, r in final.main_rows(data))]):
-            p = Path(d) / run / "eval" / "COMPLETE.json"
-            if p.is_file():
-                c = json.loads(p.read_text())
-                done.append(c.get("finished_at") or "")
-                codes.add(c.get("code") or "unrecorded")
-    made = (f" Their evaluations finished {min(done)[:10]} to {max(done)[:10]}; code {', '.join(sorted(codes))}."
-            if done else "")
-    return final.results_markdown(data).replace("\n", made + "\n", 1)
+    runs = dict.fromkeys([*data.seq_runs, *(r for _, r in final.main_rows(data))])
+    records = completion_records(list(dirs.values()), [f"{r}/eval" for r in runs]).values()
+    done = [c.get("finished_at") or "" for c in records]
+    codes = sorted({c.get("code") or "unrecorded" for c in records})
+    made = f"Their evaluations finished {min(done)[:10]} to {max(done)[:10]}; code {', '.join(codes)}." if done else ""
+    return final.results_markdown(data, provenance=made)
 
 
 def orders_markdown(cfg, orders: Sequence[Sequence[str]], overrides: Sequence[str] = ()) -> str:
@@ -695,8 +697,8 @@ def orders_markdown(cfg, orders: Sequence[Sequence[str]], overrides: Sequence[st
     are not scored yet named (:func:`acl_lib.curriculum.results_markdown`)."""
     from acl_lib import curriculum
 
-    cfgs = {tuple(o): curriculum.order_config(cfg.profile, overrides, cfg.seed, o) for o in orders}
-    results = {o: (curriculum.stage_names(c), curriculum.order_scores(c)) for o, c in cfgs.items()}
+    results = curriculum.scores_by_order({tuple(o): curriculum.order_config(cfg.profile, overrides, cfg.seed, o)
+                                          for o in orders})
     missing = [n for names, scores in results.values() for n in names if n not in scores]
     text = curriculum.results_markdown(curriculum.positions_frame(results))
     return text + (f"\n\nNot scored yet: {', '.join(missing)}." if missing else "")

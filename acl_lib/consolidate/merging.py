@@ -325,13 +325,9 @@ def run_merge(cfg, spec: MergeSpec, evaluate: bool = True):
         from acl_lib.diagnostics.weights import resolve_model_dir
 
         if twin is not None:
-            with run.atomic_dir("model") as tmp:
-                shutil.copytree(twin.path / "model", tmp, dirs_exist_ok=True)
+            pipeline.copy_run_fn(twin, files=(), why="the same checkpoints, coefficients and method")(run)
             summary = {k: v for k, v in json.loads((twin.path / "merge.json").read_text()).items()
                        if k not in spec.to_dict()}
-            run.write_json("same_as.json", {"run": twin.name, "path": str(twin.path),
-                                            "why": "the same checkpoints, coefficients and method"})
-            run.logger.info("merge %s is the same job as the complete merge %s: copied", spec.name, twin.name)
         else:
             with run.atomic_dir("model") as tmp:
                 summary = merge_checkpoints(resolve_model_dir(base_dir), source_dirs, spec.weights, tmp,
@@ -341,8 +337,8 @@ def run_merge(cfg, spec: MergeSpec, evaluate: bool = True):
 
     run = run_once(merge_run(cfg, spec), fn)
     if evaluate:
-        pipeline.evaluate_checkpoint(cfg, run, same_as=twin if twin is not None and (run.path / "same_as.json").is_file()
-                                     else None)
+        copied = (run.path / "same_as.json").is_file()  # this time or when the run was made
+        pipeline.evaluate_checkpoint(cfg, run, same_as=twin if copied else None)
     return run
 
 

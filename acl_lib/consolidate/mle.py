@@ -1050,7 +1050,7 @@ def run_mle(cfg, spec: MLESpec, evaluate: bool = True):
     the backbone check (``mle.json``), then the whole suite scored through the evaluator with ``MLEPolicy``
     (``<run>/eval/metrics.json``, as every checkpoint). Returns the run."""
     from acl_lib import pipeline
-    from acl_lib.runs import Run, run_once
+    from acl_lib.runs import run_once
 
     run_experts(cfg, spec)
     if spec.router == "learned":
@@ -1069,7 +1069,7 @@ def run_mle(cfg, spec: MLESpec, evaluate: bool = True):
 
     run_once(run, fn)
     if evaluate:
-        ev = Run(cfg, f"{spec.name}/{pipeline.EVAL_DIR}", sections=pipeline.EVAL_SECTIONS, inputs=[run])
+        ev = pipeline.eval_run(cfg, run)
         twin = eval_twin(cfg, spec)
 
         def score(r) -> None:
@@ -1104,7 +1104,6 @@ def eval_twin(cfg, spec: MLESpec):
     makes on every episode. The policies then generate the same tokens for every episode, so the scores are the
     same; ``mle`` and ``mle_learned`` are twins whenever the learned router agrees with the context router."""
     from acl_lib import pipeline
-    from acl_lib.runs import Run
 
     router = None
     for path in sorted(cfg.seed_dir().glob(f"*/{MLE_JSON}")):
@@ -1116,10 +1115,11 @@ def eval_twin(cfg, spec: MLESpec):
                             rank=None if done.get("rank") == cfg.mle.rank else done.get("rank"))
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if other.expert_prefix(cfg) != spec.expert_prefix(cfg) or not mle_run(cfg, other).is_complete():
+        if other.expert_prefix(cfg) != spec.expert_prefix(cfg):
             continue
-        ev = Run(cfg, f"{other.name}/{pipeline.EVAL_DIR}", sections=pipeline.EVAL_SECTIONS, inputs=[mle_run(cfg, other)])
-        if not ev.is_complete() or not (ev.path / ROUTES_JSON).is_file():
+        trained = mle_run(cfg, other)
+        ev = pipeline.eval_run(cfg, trained)
+        if not trained.is_complete() or not ev.is_complete() or not (ev.path / ROUTES_JSON).is_file():
             continue
         recorded = json.loads((ev.path / ROUTES_JSON).read_text()).get("decisions")
         if not recorded:
