@@ -320,10 +320,18 @@ def cmd_run(args) -> int:
 def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]) -> int:
     """Execute the notebooks in order, printing one header line per notebook and, below it, the progress
     lines its kernel writes (which run, which training step, loss or reward, time left)."""
+    import os
+
     from acl_lib import notebooks as nbs
+    from acl_lib import png_export
 
     # per seed, every notebook in prefix order; then notebook 12 once over all the seeds (nbs.plan_jobs)
     jobs = nbs.plan_jobs(notebooks, args.seeds)
+    # Whether figures get PNG copies, decided once here (bounded in time) and handed to every kernel.
+    png = png_export.environment_for_children()
+    os.environ.update(png)
+    if png[png_export.PNG_ENV] == "0":
+        print(png_export.hint(png[png_export.WHY_ENV]), flush=True)
     t0 = time.time()
     skipped = 0
     for i, job in enumerate(jobs, 1):
@@ -345,8 +353,7 @@ def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]
             print(f"\nFAILED: {nb.name} (profile {args.profile}, {job.label()})\n{exc}", file=sys.stderr)
             return EXIT_FAILED
         except KeyboardInterrupt:
-            print(f"\ninterrupted in {nb.name} (partial copy: {out}); the same command resumes: complete runs are skipped",
-                  file=sys.stderr)
+            print("\n" + nbs.interrupted_message(nb, out), file=sys.stderr)
             return 130
         if job.seeds is None:
             nbs.write_done(cfg.seed_dir(), nb, params, out)

@@ -695,3 +695,9 @@ def load_config(
         return Config.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(f"invalid config for profile '{profile}':\n" + _format_errors(exc)) from None
+
+
+def setting_text(value: Any) -> str:
+    """A config value as it is configured (``0.001``, ``5e-05``, ``True``, ``None``), for tables: pandas would
+    round a float to the notebooks' display precision (one decimal, for scores), printing ``0.001`` as ``0.0``."""
+    return "None" if value is None else str(value)

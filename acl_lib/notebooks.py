@@ -19,12 +19,17 @@ import ast
 import json
 import os
 import re
+import signal
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from acl_lib import processes
 
 NAME_RE = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
 # The kernel notebooks run under: "python3" as found first in this interpreter's own prefix (see
@@ -154,7 +159,9 @@ def execute(
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     _prefer_own_kernels()
+    stop = _Stopper(notebook, output)
     try:
+        stop.install()
         pm.execute_notebook(
             str(notebook),
             str(output),
@@ -177,12 +184,93 @@ def execute(
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
         raise
     except PapermillExecutionError as exc:
+        if stop.requested:  # the kernel stopped because we asked it to: an interruption, not a failure
+            _mark_interrupted(output)
+            raise KeyboardInterrupt from None
         error = _ANSI.sub("", "\n".join(exc.traceback)) or f"{exc.ename}: {exc.evalue}"
         raise NotebookFailed(output, exc.cell_index, exc.source, error) from None
     except Exception as exc:  # a dead kernel, a timeout: no cell-level error object from papermill
+        if stop.requested:
+            _mark_interrupted(output)
+            raise KeyboardInterrupt from None
         index, source = _last_started_cell(output)
         raise NotebookFailed(output, index, source, f"{type(exc).__name__}: {exc}") from None
+    finally:
+        stop.uninstall()
+    if stop.requested:  # the cell ended within the grace period, but the user asked to stop
+        _mark_interrupted(output)
+        raise KeyboardInterrupt
     return output
+
+
+def interrupted_message(notebook: str | Path, output: str | Path) -> str:
+    return (f"interrupted in {Path(notebook).name} (partial copy: {output}); the same command resumes: complete runs "
+            "are skipped")
+
+
+class _Stopper:
+    """Ctrl-C always stops ``acl run``, whatever the running cell does.
+
+    The kernel runs in its own process group, so a terminal's Ctrl-C reaches only us. On the first SIGINT the
+    usual ``KeyboardInterrupt`` is raised (papermill interrupts the kernel and the cell normally stops); a
+    watchdog then gives the cell ``GRACE_S`` seconds, after which it kills the kernel and everything it started
+    (a cell blocked in native code, or one that ignores SIGINT, never stops by itself), and if this process is
+    still not out ``EXIT_AFTER_S`` later, marks the executed copy interrupted and exits with 130. A second
+    SIGINT does all of that at once. SIGINT ignored on entry (a background job) stays ignored."""
+
+    GRACE_S = 5.0
+    EXIT_AFTER_S = 5.0
+
+    def __init__(self, notebook: str | Path, output: Path) -> None:
+        self.notebook, self.output = Path(notebook), output
+        self.requested = False
+        self._previous = None
+        self._watchdog = None
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is signal.SIG_IGN:
+            return
+        self._previous = previous
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self.requested:  # a second Ctrl-C: stop now
+            self._abort()
+        self.requested = True
+        self._watchdog = threading.Thread(target=self._watch, daemon=True, name="acl-stop-watchdog")
+        self._watchdog.start()
+        raise KeyboardInterrupt
+
+    def _watch(self) -> None:
+        deadline = time.monotonic() + self.GRACE_S
+        while time.monotonic() < deadline:
+            if self._previous is None:  # execute() has returned: the cell stopped by itself
+                return
+            time.sleep(0.1)
+        processes.kill_children()
+        deadline = time.monotonic() + self.EXIT_AFTER_S
+        while time.monotonic() < deadline:
+            if self._previous is None:
+                return
+            time.sleep(0.1)
+        self._abort()
+
+    def _abort(self) -> None:
+        processes.kill_children()
+        _mark_interrupted(self.output)
+        try:
+            print("\n" + interrupted_message(self.notebook, self.output), file=sys.stderr, flush=True)
+            sys.stdout.flush()
+        finally:
+            os._exit(130)
 
 
 @contextmanager

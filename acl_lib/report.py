@@ -17,41 +17,55 @@ from pathlib import Path
 
 import yaml
 
+from acl_lib import png_export
+from acl_lib.config import setting_text
 from acl_lib.envs import BENCHMARKS
 
 BENCH_ORDER = list(BENCHMARKS)
 _STATIC: dict[str, bool] = {}
 
 
-def _start_image_server() -> None:
-    """Keep one headless Chrome for this process's PNG exports (kaleido's sync server). Without it kaleido starts a
-    browser for every image: 3.9 s per PNG against 1.0 s through the server, measured on 2 busy cores. Where the
-    server cannot start, exports fall back to a browser each."""
+def _start_image_server(timeout_s: float = 60.0) -> bool:
+    """Keep one headless Chrome for this process's PNG exports (kaleido's sync server): without it kaleido starts
+    a browser for every image (3.9 s per PNG against 1.0 s through the server, measured on 2 busy cores).
+
+    Called only after ``png_export.decide`` found a Chrome that exports. The first export through the server is
+    still bounded in time (a server whose thread died would make it wait forever); returns whether it worked."""
     import atexit
+    import threading
     import warnings
 
-    try:
-        import kaleido
+    import kaleido  # optional heavy dependency, only where PNGs are exported
+    import plotly.graph_objects as go
 
-        kaleido.start_sync_server(silence_warnings=True)
-        atexit.register(kaleido.stop_sync_server, silence_warnings=True)
-        # plotly passes its export options along, which a running server ignores (the figure's own are used)
-        warnings.filterwarnings("ignore", message="The kopts argument is ignored")
-    except Exception:  # noqa: BLE001  (no kaleido, an older one, or no Chrome: the probe below decides)
-        pass
+    kaleido.start_sync_server(silence_warnings=True)
+    atexit.register(kaleido.stop_sync_server, silence_warnings=True)
+    # plotly passes its export options along, which a running server ignores (the figure's own are used)
+    warnings.filterwarnings("ignore", message="The kopts argument is ignored")
+    result: list[bytes] = []
+
+    def first_export() -> None:
+        try:
+            result.append(go.Figure(go.Bar(x=[1], y=[1])).to_image(format="png", width=60, height=40))
+        except Exception:  # noqa: BLE001  (reported as "no PNG" below)
+            pass
+
+    worker = threading.Thread(target=first_export, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    return bool(result)
 
 
 def static_images_available() -> bool:
-    """Whether plotly can write PNGs here (kaleido and a Chrome it can start); checked once per process."""
+    """Whether plotly can write PNGs here (a Chrome kaleido can start); decided once per process, never hangs
+    (``acl_lib.png_export``). Where not, prints one line saying how to get PNG copies."""
     if "png" not in _STATIC:
-        try:
-            import plotly.graph_objects as go
-
-            _start_image_server()
-            go.Figure(go.Bar(x=[1], y=[1])).to_image(format="png", width=60, height=40)
-            _STATIC["png"] = True
-        except Exception:  # no kaleido, no Chrome: interactive figures only
-            _STATIC["png"] = False
+        ok, why = png_export.decide()
+        if ok and not _start_image_server():
+            ok, why = False, "kaleido's image server did not answer"
+        if not ok:
+            print(png_export.hint(why))
+        _STATIC["png"] = ok
     return _STATIC["png"]
 
 
@@ -477,16 +491,17 @@ def stage_reading(cfg, run) -> str:
 
 def recipe_frame(cfg, domain: str):
     """The resolved training recipe of a stage (after ``pipeline.stage_overrides``): the ``sft`` and ``grpo``
-    settings a user would change, and whether the stage cold-starts."""
+    settings a user would change, and whether the stage cold-starts; values as configured (text, so the one-decimal
+    display of scores does not print a learning rate of 0.001 as 0.0)."""
     import pandas as pd
 
     resolved = cfg.for_stage(domain).to_dict()
     keys = {"sft": ["num_demos", "max_steps", "batch_size", "learning_rate", "max_length"],
             "grpo": ["max_steps", "batch_size", "num_generations", "learning_rate", "max_turns",
                      "max_completion_length"]}
-    rows = [{"setting": f"{section}.{k}", "value": resolved[section].get(k)}
+    rows = [{"setting": f"{section}.{k}", "value": setting_text(resolved[section].get(k))}
             for section, ks in keys.items() for k in ks if k in resolved[section]]
-    rows.insert(0, {"setting": "pipeline.cold_start", "value": bool(cfg.pipeline.cold_start.get(domain))})
+    rows.insert(0, {"setting": "pipeline.cold_start", "value": setting_text(bool(cfg.pipeline.cold_start.get(domain)))})
     return pd.DataFrame(rows).set_index("setting")
 
 

@@ -11,8 +11,6 @@ re-implemented here. Differences, all because nothing can be downloaded at run t
 - ``length_constraints:number_sentences`` uses :func:`split_sentences`, a regex approximation of nltk's
   punkt model (abbreviations, initials, numbers and ellipses handled by simple rules);
 - ``change_case:capital_word_frequency`` tokenises with a regex close to nltk's ``word_tokenize``;
-- ``change_case:english_lowercase`` / ``english_capital`` check the case only (IFEval also asks
-  ``langdetect`` that the text is English);
 - ``language:response_language`` needs the optional ``langdetect`` package: tasks that use it fail to
   load with a clear error when it is missing;
 - a keyword / section splitter / postscript marker that is not a valid regex is matched literally
@@ -295,12 +293,27 @@ def _title(r: str, k: dict) -> bool:
     return any(t.lstrip("<").rstrip(">").strip() for t in find_titles(r))
 
 
+def _detected_english(r: str) -> bool:
+    """IFEval's language test for ``change_case:english_*``: ``langdetect`` must call the text English, and text
+    it cannot classify counts as following. As in the reference, this misfires on very short answers: "YES" is
+    detected as Welsh ("cy") and so fails ``english_capital``. ``DetectorFactory.seed = 0`` makes it
+    deterministic (the reference leaves langdetect's random seed unset, so its verdicts on borderline text can
+    vary between runs)."""
+    import langdetect  # a runtime dependency; imported here because loading its profiles costs ~0.5 s
+
+    langdetect.DetectorFactory.seed = 0
+    try:
+        return langdetect.detect(r) == "en"
+    except langdetect.LangDetectException:
+        return True
+
+
 def _english_lowercase(r: str, k: dict) -> bool:
-    return r.islower()
+    return r.islower() and _detected_english(r)
 
 
 def _english_capital(r: str, k: dict) -> bool:
-    return r.isupper()
+    return r.isupper() and _detected_english(r)
 
 
 def _capital_word_frequency(r: str, k: dict) -> bool:
