@@ -34,7 +34,8 @@ class ToolCall:
 
     def to_message(self) -> dict:
         """The OpenAI/transformers ``tool_calls`` entry (arguments kept as a JSON string)."""
-        return {"type": "function", "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}}
+        return {"type": "function",
+                "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}}
 
 
 @dataclass(frozen=True)
@@ -112,4 +113,5 @@ def parse_assistant(text: str) -> ParsedTurn:
 def format_tool_call(name: str, arguments: dict) -> str:
     """Render one call the way the chat template renders it (what a model should generate)."""
     # ensure_ascii=False: the chat template's ``tojson`` keeps non-ASCII characters as they are
-    return f"{TOOL_CALL_OPEN}\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + f"\n{TOOL_CALL_CLOSE}"
+    return (f"{TOOL_CALL_OPEN}\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+            + f"\n{TOOL_CALL_CLOSE}")

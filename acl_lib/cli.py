@@ -36,7 +36,8 @@ def _profiles() -> list[str]:
 
 def _add_profile(p: argparse.ArgumentParser, default: str | None = None) -> None:
     p.add_argument(
-        "--profile", choices=_profiles(), default=default, required=default is None, help="config profile (acl_lib/profiles/)"
+        "--profile", choices=_profiles(), default=default, required=default is None,
+        help="config profile (acl_lib/profiles/)",
     )
 
 
@@ -56,34 +57,40 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 
 def _add_dirs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--notebooks-dir", default="notebooks", help="where the NN_name.ipynb notebooks are (default: notebooks)")
+    p.add_argument("--notebooks-dir", default="notebooks",
+                   help="where the NN_name.ipynb notebooks are (default: notebooks)")
     p.add_argument("--output-dir", default=None, help="run store root (default: the config's output_dir, 'outputs')")
     p.add_argument(
-        "--papermill-dir", default=None, help="executed notebooks root (default: the config's papermill_dir, 'papermill_runs')"
+        "--papermill-dir", default=None,
+        help="executed notebooks root (default: the config's papermill_dir, 'papermill_runs')",
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="acl",
-        description="ACLArena suite: run the study's notebooks headlessly, inspect runs and configs, evaluate checkpoints.",
+        description="ACLArena suite: run the study's notebooks headlessly, inspect runs and configs, evaluate "
+        "checkpoints.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser(
         "run",
         help="execute the notebooks in order with papermill",
-        description="Execute notebooks/NN_*.ipynb in prefix order for each seed with papermill, passing the parameters "
-        "profile, seed and overrides. Executed copies go to <papermill-dir>/<profile>/seed<k>/. The config is validated "
-        "for every seed before the first notebook starts. Completed runs inside the notebooks are skipped, so "
-        "re-running after an interruption only redoes what is missing; a notebook whose last execution with the same "
-        "parameters finished and whose runs are all still complete is not executed again (--re-execute does). Notebook 12 (the final tables) reads every "
-        "seed: it runs once, after all the seeds, with seeds=[...] (executed copy in <papermill-dir>/<profile>/). "
-        "Notebook 13 (curriculum orders, four more sequences of training) is opt-in: only with --only 13.",
+        description="Execute notebooks/NN_*.ipynb in prefix order for each seed with papermill, passing the "
+        "parameters profile, seed and overrides. Executed copies go to <papermill-dir>/<profile>/seed<k>/. The config "
+        "is validated for every seed before the first notebook starts. Completed runs inside the notebooks are "
+        "skipped, so re-running after an interruption only redoes what is missing; a notebook whose last execution "
+        "with the same parameters finished and whose runs are all still complete is not executed again (--re-execute "
+        "does). A notebook whose metadata says \"acl\": {\"runs\": \"once_over_seeds\"} (the final tables) reads every "
+        "seed: it runs once, after all the seeds, with seeds=[...] (executed copy in <papermill-dir>/<profile>/). One "
+        "marked \"acl\": {\"opt_in\": true} (the curriculum orders, four more sequences of training) runs only when "
+        "named with --only.",
     )
     _add_profile(p)
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds to run, in order (default: 0)")
-    p.add_argument("--only", nargs="+", metavar="NN", default=None, help="run only notebooks with these prefixes: --only 00 03")
+    p.add_argument("--only", nargs="+", metavar="NN", default=None,
+                   help="run only notebooks with these prefixes: --only 00 03")
     p.add_argument("--re-execute", action="store_true",
                    help="execute every notebook again, even one whose last execution with the same parameters is "
                    "complete and whose runs are all still on disk (those are skipped by default); runs that are "
@@ -99,26 +106,30 @@ def build_parser() -> argparse.ArgumentParser:
         "(papermill_runs/<profile>/seed<k>/) for a profile.",
     )
     _add_profile(p)
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds to show (default: every seed found on disk, or 0)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="seeds to show (default: every seed found on disk, or 0)")
     _add_dirs(p)
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser(
         "report",
         help="write outputs/<profile>/report.html: the final tables over the seeds, figures, run configs",
-        description="Build the final report (notebook 12's tables, the findings verdict, the main figures, each "
-        "run's config.yaml and links to the executed notebooks) from the run store alone, as one HTML file that "
-        "opens in a browser without Jupyter, offline (plotly.js inlined). Missing runs are listed, not errors.",
+        description="Build the final report (the final tables over the seeds, the findings verdict, the main "
+        "figures, each run's config.yaml and links to the executed notebooks) from the run store alone, as one HTML "
+        "file that opens in a browser without Jupyter, offline (plotly.js inlined). Missing runs are listed, not "
+        "errors.",
     )
     _add_profile(p)
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="seeds to aggregate (default: every seed found in the run store, or 0)")
-    p.add_argument("--out", metavar="FILE", default=None, help="where to write (default: <output-dir>/<profile>/report.html)")
+    p.add_argument("--out", metavar="FILE", default=None,
+                   help="where to write (default: <output-dir>/<profile>/report.html)")
     _add_set(p)
     _add_dirs(p)
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("config", help="print the resolved config as YAML", description="Resolve and validate a profile plus overrides; print YAML.")
+    p = sub.add_parser("config", help="print the resolved config as YAML",
+                       description="Resolve and validate a profile plus overrides; print YAML.")
     _add_profile(p)
     _add_set(p)
     p.add_argument("--seed", type=int, default=None, help="seed to resolve the config for (default: the profile's)")
@@ -133,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", required=True, metavar="DIR", help="checkpoint directory (HF format) to evaluate")
     _add_profile(p, default="mini")
-    p.add_argument("--suites", choices=["in_domain", "ood", "all"], default=None, help="benchmarks to run (default: the config's eval.suites)")
+    p.add_argument("--suites", choices=["in_domain", "ood", "all"], default=None,
+                   help="benchmarks to run (default: the config's eval.suites)")
     p.add_argument("--k", type=int, default=None, help="samples per task, avg@k (default: the config's eval.k)")
     p.add_argument(
         "--out", metavar="DIR", default=None,
@@ -162,21 +174,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "data", help="prepare and check the paper profile's data sets (worlds.data_dir)",
-        description="The real data sets the paper profile reads, in the layout its loaders expect (README, 'Real data'): "
-        "`prepare` downloads and converts them (hub access needed; GPQA-Diamond is gated), `check` reports what is "
-        "present, missing, malformed or modified before any GPU time is spent.",
+        description="The real data sets the paper profile reads, in the layout its loaders expect (README, 'Real "
+        "data'): `prepare` downloads and converts them (hub access needed; GPQA-Diamond is gated), `check` reports "
+        "what is present, missing, malformed or modified before any GPU time is spent.",
     )
     data_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     d = data_sub.add_parser("prepare", help="download and convert every data set into --data-dir, with MANIFEST.json",
-                            description="Download (Hugging Face Hub, tau2-bench on GitHub) and convert every data set of "
-                            "the paper profile into --data-dir; writes MANIFEST.json (sha256 per file). Exit 1 when a "
-                            "data set failed (the others are still prepared).")
-    d.add_argument("--data-dir", required=True, metavar="DIR", help="the paper profile's worlds.data_dir (e.g. data/paper)")
+                            description="Download (Hugging Face Hub, tau2-bench on GitHub) and convert every data "
+                            "set of the paper profile into --data-dir; writes MANIFEST.json (sha256 per file). Exit 1 "
+                            "when a data set failed (the others are still prepared).")
+    d.add_argument("--data-dir", required=True, metavar="DIR",
+                   help="the paper profile's worlds.data_dir (e.g. data/paper)")
     d.add_argument("--only", nargs="+", metavar="NAME", default=None,
-                   help="prepare only these data sets (math_dapo aime26 gpqa mmlu_redux flashrag wiki_corpus tau2_retail "
-                   "tau2_mock tau2_telecom ifeval ifbench if_train)")
+                   help="prepare only these data sets (math_dapo aime26 gpqa mmlu_redux flashrag wiki_corpus "
+                   "tau2_retail tau2_mock tau2_telecom ifeval ifbench if_train)")
     d.set_defaults(func=cmd_data_prepare)
-    d = data_sub.add_parser("check", help="report present / missing / malformed / modified files; exit 1 unless complete",
+    d = data_sub.add_parser("check",
+                            help="report present / missing / malformed / modified files; exit 1 unless complete",
                             description="Check every file the paper profile reads under --data-dir: present, in its "
                             "schema (required fields; first 1000 rows unless --full), unchanged since prepare "
                             "(MANIFEST.json). Exit 0 only when all are ok.")
@@ -295,7 +309,7 @@ def cmd_run(args) -> int:
         _err(f"--notebooks-dir {nb_dir}: no such directory")
         return EXIT_USAGE
     try:
-        # opt-in notebooks (13, the curriculum orders) run only when named: --only 13
+        # opt-in notebooks (metadata.acl.opt_in: the curriculum orders) run only when named with --only
         notebooks = nbs.default_notebooks(nbs.list_notebooks(args.notebooks_dir, args.only), args.only)
     except ValueError as exc:
         _err(str(exc))
@@ -325,7 +339,7 @@ def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]
     from acl_lib import notebooks as nbs
     from acl_lib import png_export
 
-    # per seed, every notebook in prefix order; then notebook 12 once over all the seeds (nbs.plan_jobs)
+    # per seed, every notebook in prefix order; then the final tables once over all the seeds (nbs.plan_jobs)
     jobs = nbs.plan_jobs(notebooks, args.seeds)
     # Whether figures get PNG copies, decided once here (bounded in time) and handed to every kernel.
     png = png_export.environment_for_children()
@@ -361,17 +375,20 @@ def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]
     print(f"\nacl run: {len(jobs) - skipped} notebook(s) executed in {_fmt_s(time.time() - t0)}"
           + (f", {skipped} skipped (complete; --re-execute runs them again)" if skipped else ""))
     for seed, cfg in cfgs.items():
-        print(f"  seed {seed}: results in {cfg.seed_dir()}/  executed notebooks in {Path(cfg.papermill_dir) / args.profile / f'seed{seed}'}/")
-    if any(job.seeds is not None for job in jobs):
-        print(f"  over all seeds: {Path(cfgs[args.seeds[0]].papermill_dir) / args.profile}/ (notebook 12), report "
-              f"{cfgs[args.seeds[0]].seed_dir().parent / 'report.html'}")
+        executed = Path(cfg.papermill_dir) / args.profile / f"seed{seed}"
+        print(f"  seed {seed}: results in {cfg.seed_dir()}/  executed notebooks in {executed}/")
+    over_seeds = [job.notebook.stem for job in jobs if job.seeds is not None]
+    if over_seeds:
+        first = cfgs[args.seeds[0]]
+        print(f"  over all seeds: {Path(first.papermill_dir) / args.profile}/ ({', '.join(over_seeds)}), report "
+              f"{first.seed_dir().parent / 'report.html'}")
     print(f"  see also: acl status --profile {args.profile} --seeds {' '.join(map(str, args.seeds))}")
     return 0
 
 
 def cmd_status(args) -> int:
     from acl_lib import notebooks as nbs
-    from acl_lib.runs import CONFIG, COMPLETE, SUPERSEDED, _read_json, disk_status
+    from acl_lib.runs import COMPLETE, CONFIG, SUPERSEDED, _read_json, disk_status
 
     base = _load(args.profile, _dir_overrides(args), None)
     for what, d in (("--notebooks-dir", Path(args.notebooks_dir)), ("--output-dir", Path(base.output_dir)),
@@ -386,7 +403,8 @@ def cmd_status(args) -> int:
     pm_root = Path(base.papermill_dir) / args.profile
     seeds = args.seeds
     if seeds is None:
-        found = {int(p.name[4:]) for root in (out_root, pm_root) if root.is_dir() for p in root.glob("seed*") if p.name[4:].isdigit()}
+        found = {int(p.name[4:]) for root in (out_root, pm_root) if root.is_dir() for p in root.glob("seed*")
+                 if p.name[4:].isdigit()}
         seeds = sorted(found) or [0]
 
     rows = []
@@ -401,9 +419,8 @@ def cmd_status(args) -> int:
             rows.append([str(seed), "(no runs)", "missing", "", "", ""])
         for d in run_dirs:
             done = _read_json(d / COMPLETE) or {}
-            rows.append(
-                [str(seed), str(d.relative_to(seed_dir)), disk_status(d), done.get("config_hash", ""), done.get("finished_at", ""), _fmt_s(done.get("duration_s"))]
-            )
+            rows.append([str(seed), str(d.relative_to(seed_dir)), disk_status(d), done.get("config_hash", ""),
+                         done.get("finished_at", ""), _fmt_s(done.get("duration_s"))])
     print(f"Runs in {out_root}/")
     print(_table(["seed", "run", "status", "config", "finished", "took"], rows))
 
@@ -427,17 +444,13 @@ def cmd_status(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from acl_lib.final import write_report
+    from acl_lib.report import seeds_on_disk, write_report
 
     overrides = list(args.overrides) + _dir_overrides(args)
     base = _load(args.profile, overrides, None)
-    seeds = args.seeds
-    if seeds is None:
-        root = base.seed_dir().parent
-        seeds = sorted(int(p.name[4:]) for p in root.glob("seed*") if p.name[4:].isdigit()) if root.is_dir() else []
-        seeds = seeds or [0]
+    seeds = seeds_on_disk(base) if args.seeds is None else args.seeds
     for seed in seeds:
-        _load(args.profile, overrides, seed)
+        _load(args.profile, overrides, seed)  # a config error is a usage error, reported before anything is read
     out = write_report(args.profile, seeds, overrides, path=args.out)
     print(f"acl report: {out} (profile {args.profile}, seeds {' '.join(map(str, seeds))})")
     return 0
@@ -451,39 +464,86 @@ def cmd_config(args) -> int:
     return 0
 
 
-def _lazy(module: str, func: str, command: str):
-    """Import ``module.func`` for a command another part of the suite implements; a clear error if absent."""
-    import importlib
-
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        # Only "the module itself is not written yet" is turned into a usage message; a missing dependency
-        # *inside* the module is a real error and propagates.
-        if exc.name and module.startswith(exc.name):
-            _err(f"`acl {command}` is not available yet: module {module} does not exist")
-            raise SystemExit(EXIT_USAGE) from None
-        raise
-    if not hasattr(mod, func):
-        _err(f"`acl {command}` is not available yet: {module} has no function {func}()")
-        raise SystemExit(EXIT_USAGE)
-    return getattr(mod, func)
-
-
 def cmd_eval(args) -> int:
-    return _lazy("acl_lib.eval.harness", "cli_main", "eval")(args)
+    """``acl eval``: score a checkpoint with ``acl_lib.eval.harness.evaluate`` into a directory of its own.
+
+    Every check that can fail on the arguments (config, --k, --model, --out, the user simulator) runs before any
+    scoring and exits with code 2 and a one-paragraph message. The results (``metrics.json``, ``records/``,
+    ``eval_config.yaml``) are written into a temporary directory beside ``out`` and renamed into place when
+    complete, so ``out`` never mixes the records of one evaluation with the metrics of another.
+    """
+    import os
+
+    import yaml
+
+    # inside the command: the harness loads pydantic (and torch with a model), which `acl --help` must not
+    from acl_lib.atomic import atomic_dir
+    from acl_lib.config import ConfigError
+    from acl_lib.envs import benchmarks_for
+    from acl_lib.envs.llm_user import preflight
+    from acl_lib.eval import harness
+    from acl_lib.seeding import seed_and_threads
+
+    def usage(msg: str) -> None:
+        _err(msg)
+        raise SystemExit(EXIT_USAGE)
+
+    if args.k is not None and args.k < 1:
+        usage(f"--k must be at least 1 (samples per task), got {args.k}")
+    cfg = _load(args.profile, getattr(args, "overrides", None) or [], getattr(args, "seed", None))
+    problem = harness.model_dir_problem(args.model)
+    if problem:
+        usage(problem)
+    out = (Path(args.out).expanduser() if getattr(args, "out", None)
+           else harness.default_out_dir(args.model, cfg.output_dir))
+    problem = harness.out_dir_problem(out)
+    if problem:
+        usage(problem)
+    try:  # the real desks' user simulator (worlds.user_sim): configured, reachable in principle, key present
+        preflight(cfg.worlds, {b.env for b in benchmarks_for(args.suites or cfg.eval.suites)})
+    except ConfigError as exc:
+        usage(str(exc))
+
+    policy = None
+    if args.model not in ("expert", "null"):
+        # as evaluate() does for a model it loads itself: the same samples whatever ran before
+        seed_and_threads(cfg.seed, cfg.torch_threads)
+        try:
+            policy = harness.make_policy(args.model, cfg)
+        except Exception as exc:  # a bad checkpoint is a usage error, reported in one paragraph
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            usage(f"--model {args.model}: cannot load it as a checkpoint ({type(exc).__name__}: {first})")
+    with atomic_dir(out) as tmp:
+        mask = os.umask(0)
+        os.umask(mask)
+        tmp.chmod(0o777 & ~mask)  # a temporary directory is private; the results are not
+        try:
+            metrics = harness.evaluate(cfg, args.model, tmp, suites=args.suites, k=args.k, policy=policy)
+        finally:
+            if hasattr(policy, "close"):
+                policy.close()
+        (tmp / "eval_config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    print(harness.format_scores(metrics))
+    print(f"metrics: {out / 'metrics.json'}  records: {out / 'records'}  ({metrics['elapsed_s']:.1f} s)")
+    return 0
 
 
 def cmd_retail_replay(args) -> int:
-    return _lazy("acl_lib.envs.retail", "replay_cli", "env retail replay")(args)
+    from acl_lib.envs.retail import replay_cli
+
+    return replay_cli(args)
 
 
 def cmd_data_prepare(args) -> int:
-    return _lazy("acl_lib.paper_data", "cli_prepare", "data prepare")(args)
+    from acl_lib.paper_data import cli_prepare
+
+    return cli_prepare(args)
 
 
 def cmd_data_check(args) -> int:
-    return _lazy("acl_lib.paper_data", "cli_check", "data check")(args)
+    from acl_lib.paper_data import cli_check
+
+    return cli_check(args)
 
 
 def cmd_nbstrip(args) -> int:

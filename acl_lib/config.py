@@ -11,7 +11,6 @@ Overrides are ``dotted.key=value`` strings; values are parsed as YAML (``eval.k=
 from __future__ import annotations
 
 import copy
-
 import hashlib
 import json
 import math
@@ -20,10 +19,11 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
-DOMAINS = ("math", "search", "ecom", "if")
+from acl_lib import domains
+
+DOMAINS = domains.ORDER  # the training stages, in the study's order (acl_lib.domains)
 
 
 class ConfigError(ValueError):
@@ -158,7 +158,7 @@ class UserSimConfig(_Section):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # hf / vllm
 
     @model_validator(mode="after")
-    def _check_backend(self) -> "UserSimConfig":
+    def _check_backend(self) -> UserSimConfig:
         if self.backend != "none" and not self.model:
             raise ValueError(f"user_sim.backend={self.backend} needs user_sim.model (a model directory, hub id or, "
                              "for openai, the served model's name)")
@@ -263,11 +263,10 @@ class EvalConfig(_Section):
     @field_validator("limits")
     @classmethod
     def _check_limits(cls, v: dict) -> dict:
-        from acl_lib.envs import BENCHMARKS
-
-        unknown = sorted(set(v) - set(BENCHMARKS))
+        benchmarks = domains.BENCHMARK_DOMAIN
+        unknown = sorted(set(v) - set(benchmarks))
         if unknown:
-            raise ValueError(f"eval.limits: unknown benchmark(s) {unknown}; benchmarks are {sorted(BENCHMARKS)}")
+            raise ValueError(f"eval.limits: unknown benchmark(s) {unknown}; benchmarks are {sorted(benchmarks)}")
         bad = {f"{b}.{k}": n for b, lim in v.items() for k, n in lim.items() if n < 1}
         if bad:
             raise ValueError(f"eval.limits must be at least 1, got {bad}")
@@ -336,10 +335,10 @@ class PipelineConfig(_Section):
         if len(set(v)) != len(v):
             raise ValueError(f"curriculum repeats a stage: {v}")
         if len(v) != len(DOMAINS):
-            # notebooks 01-04 run stages 1-4 and 05 trains one oracle per stage: a shorter list would fail
-            # minutes later, after the base is built
-            raise ValueError(f"the curriculum must order all {len(DOMAINS)} stages {list(DOMAINS)} (notebooks 01-04 "
-                             f"run stages 1-4), got {v}")
+            # the sequential steps run one stage each and the oracles train one per stage: a shorter list would
+            # fail minutes later, after the base is built
+            raise ValueError(f"the curriculum must order all {len(DOMAINS)} stages {list(DOMAINS)} (the sequential "
+                             f"steps run stages 1-{len(DOMAINS)}), got {v}")
         return v
 
     @field_validator("stage_overrides")
@@ -376,7 +375,7 @@ def _check_mixture(v: dict[str, float]) -> dict[str, float]:
 
 
 class MMOPDConfig(_Section):
-    """Multi-teacher mixed on-policy distillation (notebook 08, ``acl_lib.consolidate.mmopd``)."""
+    """Multi-teacher mixed on-policy distillation (the MMOPD consolidation, ``acl_lib.consolidate.mmopd``)."""
 
     # Share of each domain's training prompts in the student's prompt mixture (normalised; 0 leaves a domain out).
     mixture: dict[str, float] = Field(default_factory=lambda: {d: 1.0 for d in DOMAINS})
@@ -399,7 +398,7 @@ class MMOPDConfig(_Section):
 
 
 class SDFTConfig(_Section):
-    """Self-distilled fine-tuning (notebook 09, ``acl_lib.consolidate.sdft``)."""
+    """Self-distilled fine-tuning (the SDFT consolidation, ``acl_lib.consolidate.sdft``)."""
 
     n_prompts: int = Field(32, ge=1)  # training prompts per domain each oracle samples on
     group_size: int = Field(8, ge=1)  # rollouts per prompt (the study: 8)
@@ -420,7 +419,8 @@ class SDFTConfig(_Section):
 
 
 class MLEConfig(_Section):
-    """Modular LoRA experts on a frozen SDFT backbone, routed by the context (notebook 11, ``acl_lib.consolidate.mle``)."""
+    """Modular LoRA experts on a frozen SDFT backbone, routed by the context (the MLE consolidation,
+    ``acl_lib.consolidate.mle``)."""
 
     # PEFT LoraConfig of every expert
     rank: int = Field(8, ge=1)
@@ -445,13 +445,17 @@ class MLEConfig(_Section):
     router_features: int = Field(4096, ge=16)  # hash buckets of the bag of words (+ bigrams)
     router_steps: int = Field(300, ge=1)
     router_l2: float = Field(1e-3, ge=0)
-    fallback: Literal["math", "search", "ecom", "if"] = "if"  # the context router's choice when no rule fires
+    fallback: Literal[DOMAINS] = "if"  # the context router's choice when no rule fires
     # Measurements and stress cases
     latency_batch: int = Field(4, ge=1)  # episodes in the timed batch (one per domain, repeated)
     latency_new_tokens: int = Field(32, ge=1)
     latency_repeats: int = Field(2, ge=1)
     stress_tasks: int = Field(4, ge=1)  # episodes per stress case
     switch_turn: int = Field(1, ge=1)  # the mid-episode change: the desk changes after this many assistant turns
+    # The MLE step's choices (not part of any run's key)
+    backbone_fallback: bool = True  # start the experts from the base where sdft_base is missing (smoke keeps no data)
+    stress_oracles: bool = True  # also run each oracle_<d> on the stress cases
+    reroute: bool = False  # the learned router on the mid-episode change: decide again at every turn
 
     @field_validator("stage_overrides")
     @classmethod
@@ -480,6 +484,53 @@ class LauncherConfig(_Section):
     slurm_time: str = "48:00:00"
 
 
+class MergeConfig(_Section):
+    """Weight merging (the merging step, ``acl_lib.consolidate.merging``): the validation grid search and the
+    TIES / DARE variants. The merges' run keys hold the resolved coefficients and densities, not this section."""
+
+    grid: list[float] = Field(default_factory=lambda: [0.25, 0.5])  # values each lambda_k may take: len ** 4 candidates
+    n_validation_tasks: int = Field(4, ge=1)  # validation tasks per domain for each candidate (a seed no training uses)
+    ties_density: float = Field(0.5, gt=0, le=1)  # TIES: fraction of each task vector kept (largest magnitudes)
+    dare_density: float = Field(0.5, gt=0, le=1)  # DARE: probability of keeping an entry (kept ones / density)
+    oracle_merge: bool = True  # also merge the four oracles uniformly (four single-domain task vectors)
+
+    @field_validator("grid")
+    @classmethod
+    def _check_grid(cls, v: list[float]) -> list[float]:
+        if not v or any(x < 0 for x in v):
+            raise ValueError(f"grid must be a non-empty list of non-negative coefficients, got {v}")
+        return v
+
+
+class AblationsConfig(_Section):
+    """Which variants the consolidation steps train beside their main run (each an extra run, so extra time)."""
+
+    mmopd_reverse_kl: bool = True  # mmopd_rkl: alpha infinite (reverse KL only, no forward term)
+    mmopd_single_teacher: bool = True  # mmopd_single: teacher seq_search, student seq_ecom, search prompts
+    # sdft_mix_*: SDFT on a non-uniform domain mixture (null: none)
+    sdft_mixture: dict[str, float] | None = Field(default_factory=lambda: {"math": 1.0, "search": 1.0, "ecom": 2.0,
+                                                                          "if": 2.0})
+    # sdft_<order>: presentation orders run beside sdft.order
+    sdft_orders: list[Literal["shuffle", "staged", "difficulty"]] = Field(
+        default_factory=lambda: ["staged", "difficulty"])
+    mle_ranks: bool = False  # mle_r<k>: experts of each rank in mle.ablation_ranks
+    mle_from_base: bool = False  # mle_frombase: experts on the base instead of sdft_base
+
+    @field_validator("sdft_mixture")
+    @classmethod
+    def _check_sdft_mixture(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        return None if v is None else _check_mixture(v)
+
+
+class DiagnosticsConfig(_Section):
+    """The weight and token diagnostics (``acl_lib.diagnostics``)."""
+
+    # Reference entropy (nats) above which a token position counts as high-entropy (finding F3). One value for every
+    # profile, so the share of positions above it is a measurement beside the study's ~6%, not a setting tuned to
+    # match it; 1 nat is also where MMOPD's forward KL starts (mmopd.alpha's default).
+    entropy_threshold: float = Field(1.0, ge=0)
+
+
 class Config(_Section):
     profile: str = "smoke"
     seed: int = Field(0, ge=0)
@@ -499,16 +550,19 @@ class Config(_Section):
     sdft: SDFTConfig = Field(default_factory=SDFTConfig)
     mle: MLEConfig = Field(default_factory=MLEConfig)
     launcher: LauncherConfig = Field(default_factory=LauncherConfig)
+    diagnostics: DiagnosticsConfig = Field(default_factory=DiagnosticsConfig)
+    merge: MergeConfig = Field(default_factory=MergeConfig)
+    ablations: AblationsConfig = Field(default_factory=AblationsConfig)
 
     @model_validator(mode="after")
-    def _check_corpus_worlds(self) -> "Config":
+    def _check_corpus_worlds(self) -> Config:
         if self.worlds.seed in self.pretrain.world_seeds:
             raise ValueError(f"pretrain.world_seeds {self.pretrain.world_seeds} contains the evaluation world seed "
                              f"worlds.seed={self.worlds.seed}: the base would be pretrained on the test world")
         return self
 
     @model_validator(mode="after")
-    def _check_stage_configs(self) -> "Config":
+    def _check_stage_configs(self) -> Config:
         # a bad per-stage override fails at load time, before any compute, not when its stage starts
         for domain in self.pipeline.stage_overrides:
             self.for_stage(domain)
@@ -525,7 +579,7 @@ class Config(_Section):
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
 
-    def for_stage(self, domain: str) -> "Config":
+    def for_stage(self, domain: str) -> Config:
         """This config with ``pipeline.stage_overrides[domain]`` applied (validated like any override)."""
         items = self.pipeline.stage_overrides.get(domain, [])
         if not items:

@@ -1,10 +1,10 @@
-"""Notebook 13: the sequential pipeline over several curriculum orders, and how each domain's forgetting depends on
-its position and on the stage that follows it.
+"""The curriculum-orders study: the sequential pipeline over several curriculum orders, and how each domain's
+forgetting depends on its position and on the stage that follows it.
 
-Each order is the pipeline of notebooks 01-04 with ``pipeline.curriculum`` overridden (``order_config``):
+Each order is the sequential pipeline with ``pipeline.curriculum`` overridden (``order_config``):
 ``pipeline.sequential_run`` names a non-default order's runs ``seq<i>_<d1>-...-<di>``, so orders never share a
-run; the study's order reuses ``seq_math`` ... of notebooks 01-04. Every stage is a run of the run store (skipped
-when complete) evaluated on the whole suite, so everything below reads ``<run>/eval/metrics.json``.
+run; the study's order reuses the sequential stages' own runs (``seq_math`` ...). Every stage is a run of the run
+store (skipped when complete) evaluated on the whole suite, so everything below reads ``<run>/eval/metrics.json``.
 
 Quantities, per order and per domain ``d`` trained at position ``p``:
 
@@ -16,12 +16,16 @@ Quantities, per order and per domain ``d`` trained at position ``p``:
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Mapping, Sequence
 
+from acl_lib import domains, pipeline
+from acl_lib.config import load_config
 from acl_lib.envs import IN_DOMAIN
+from acl_lib.views import load_scores, md_table
 
-STUDY_ORDER = ["math", "search", "ecom", "if"]
+STUDY_ORDER = list(domains.ORDER)  # the study's curriculum
 
 
 def rotations(order: Sequence[str] = STUDY_ORDER) -> list[list[str]]:
@@ -32,8 +36,6 @@ def rotations(order: Sequence[str] = STUDY_ORDER) -> list[list[str]]:
 
 def order_config(profile: str, overrides: Sequence[str], seed: int, order: Sequence[str]):
     """The config of one order: ``profile`` + ``overrides`` + ``pipeline.curriculum=[...]``."""
-    from acl_lib.config import load_config
-
     return load_config(profile, [*overrides, f"pipeline.curriculum=[{','.join(order)}]"], seed=seed)
 
 
@@ -43,15 +45,11 @@ def order_label(order: Sequence[str]) -> str:
 
 def stage_names(cfg) -> list[str]:
     """base and the order's stages, as the run store names them."""
-    from acl_lib.pipeline import checkpoint_names
-
-    return checkpoint_names(cfg, oracles=False)
+    return pipeline.checkpoint_names(cfg, oracles=False)
 
 
 def run_order(cfg) -> list:
     """Train and evaluate every stage of ``cfg``'s curriculum in order (complete ones skipped); the runs."""
-    from acl_lib import pipeline
-
     base = pipeline.base_run(cfg)
     if not base.is_complete():
         raise RuntimeError(f"the orders start from the complete base run ({base.path}); run notebook 00 first")
@@ -60,8 +58,6 @@ def run_order(cfg) -> list:
 
 def order_scores(cfg) -> dict[str, dict[str, float]]:
     """``{run: {benchmark: %}}`` for base and each stage of the order that has been evaluated."""
-    from acl_lib.report import load_scores
-
     return load_scores(cfg.seed_dir(), stage_names(cfg))
 
 
@@ -73,8 +69,6 @@ def scores_by_order(cfgs: Mapping[tuple[str, ...], object]) -> dict[tuple[str, .
 def order_durations(cfg) -> dict[str, float | None]:
     """Training + evaluation seconds of each stage (from the runs' completion records; a stage skipped here
     reports the time it took when it ran)."""
-    import json
-
     out = {}
     for name in stage_names(cfg)[1:]:
         total = None
@@ -94,7 +88,10 @@ def position_rows(order: Sequence[str], names: Sequence[str], scores: Mapping[st
     T = len(order)
     for p, d in enumerate(order, 1):
         b = IN_DOMAIN[d]
-        get = lambda i: (scores.get(names[i]) or {}).get(b)  # noqa: E731  names[0] is base, names[i] stage i
+
+        def get(i: int, b: str = b) -> float | None:  # names[0] is base, names[i] stage i
+            return (scores.get(names[i]) or {}).get(b)
+
         row = {"order": order_label(order), "domain": d, "benchmark": b, "position": p,
                "followed by": order[p] if p < T else "", "base": get(0), "after own stage": get(p), "final": get(T)}
         kept = [get(i) for i in range(p, T) if get(i) is not None]
@@ -191,11 +188,12 @@ def reading(frame, ecom: list[dict]) -> str:
     nxt = next_stage_largest(frame)
     if nxt:
         k = sum(r["next largest"] for r in nxt)
-        lines.append(f"\nThe stage right after a domain caused its largest drop in {k} of {len(nxt)} cases (a domain in "
-                     "an order with a later stage that lowered it)"
+        lines.append(f"\nThe stage right after a domain caused its largest drop in {k} of {len(nxt)} cases (a domain "
+                     "in an order with a later stage that lowered it)"
                      + (": here forgetting follows what comes next, whatever that stage is." if k == len(nxt) else
                         "; elsewhere a later stage did more: "
-                        + ", ".join(f"{r['domain']} in {r['order']} ({r['largest']})" for r in nxt if not r["next largest"])
+                        + ", ".join(f"{r['domain']} in {r['order']} ({r['largest']})"
+                                    for r in nxt if not r["next largest"])
                         + "."))
     return "\n".join(lines)
 
@@ -217,11 +215,9 @@ def next_stage_largest(frame) -> list[dict]:
     return out
 
 
-def results_markdown(frame) -> str:
-    """Markdown of :func:`positions_frame` (what ``tools/readme_results.py`` puts in the README): each domain's
+def positions_markdown(frame) -> str:
+    """Markdown of :func:`positions_frame` (the curriculum orders in the README's results): each domain's
     score after its own stage -> final, and its forgetting, at each position; then :func:`reading`."""
-    from acl_lib.report import _md_table
-
     if not len(frame):
         return reading(frame, [])
     positions = sorted(int(p) for p in frame["position"].unique())
@@ -243,5 +239,5 @@ def results_markdown(frame) -> str:
         rows.append(cells)
     head = ["domain"] + [f"position {p}" for p in positions]
     return "\n".join(["Each domain's in-domain score after its own stage -> at the end of the order, at each "
-                      "position (and the stage that followed it):", "", _md_table(head, rows), "",
+                      "position (and the stage that followed it):", "", md_table(head, rows), "",
                       reading(frame, ecom_damage(frame))])

@@ -3,7 +3,8 @@ strip outputs before commit, and check the suite's notebook conventions.
 
 Conventions (checked by ``check_conventions``, enforced by tests/test_notebooks_conventions.py):
 
-* name ``NN_lower_snake.ipynb``; notebooks run in the order of their two-digit prefix;
+* name ``NN_lower_snake.ipynb``; notebooks run in the order of their two-digit prefix, once per seed, unless
+  their own metadata says otherwise (``metadata.acl``, see ``schedule``);
 * the first cell is markdown with the exact ``papermill notebooks/NAME.ipynb papermill_runs/...`` command;
 * exactly one code cell tagged ``parameters`` with flat literal ``profile`` (default ``"mini"``), ``seed``,
   ``overrides``;
@@ -26,10 +27,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 from acl_lib import processes
+from acl_lib.atomic import atomic_write_text, write_json
+from acl_lib.progress import PROGRESS_FILE_ENV
 
 NAME_RE = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
 # The kernel notebooks run under: "python3" as found first in this interpreter's own prefix (see
@@ -62,23 +66,38 @@ def list_notebooks(directory: str | Path = "notebooks", only: list[str] | None =
     return [p for p in notebooks if p.name[:2] in wanted]
 
 
-# Notebooks ``acl run`` leaves out unless named with --only (13: the curriculum-order study, four sequences of
-# training; ``make curriculum``).
-OPT_IN_PREFIXES = frozenset({"13"})
-# Notebooks that read every seed: run once, after the per-seed notebooks of all seeds, with ``seeds`` (a list)
-# among their parameters; their executed copy goes to ``<papermill_dir>/<profile>/`` (not a seed's folder).
-ACROSS_SEEDS_PREFIXES = frozenset({"12"})
+# How ``acl run`` schedules a notebook is written in the notebook itself, in its metadata (JupyterLab: Property
+# Inspector, "Notebook metadata"), never in the library; ``acl nbstrip`` keeps it:
+#
+#     "acl": {"runs": "once_over_seeds"}   the notebook reads every seed (the final tables): it runs once, after the
+#                                          per-seed notebooks of all seeds, with ``seeds`` (a list) among its
+#                                          parameters; its executed copy goes to <papermill_dir>/<profile>/
+#     "acl": {"opt_in": true}              left out of ``acl run`` unless named with --only (the curriculum orders:
+#                                          four more sequences of training; ``make curriculum``)
+#
+# Without it a notebook runs once per seed.
+SCHEDULE_KEY = "acl"
+RUNS = ("per_seed", "once_over_seeds")
+SCHEDULE_DEFAULTS = {"runs": "per_seed", "opt_in": False}
+
+
+def schedule(notebook: str | Path) -> dict[str, Any]:
+    """How ``acl run`` schedules ``notebook``: ``{"runs": "per_seed" | "once_over_seeds", "opt_in": bool}``, read
+    from its ``metadata.acl`` (defaults for what it leaves out)."""
+    meta = json.loads(Path(notebook).read_text()).get("metadata", {}).get(SCHEDULE_KEY) or {}
+    return {k: meta.get(k, default) for k, default in SCHEDULE_DEFAULTS.items()}
 
 
 def default_notebooks(notebooks: list[Path], only: list[str] | None = None) -> list[Path]:
     """``notebooks`` without the opt-in ones, unless ``only`` was given (then ``only`` already chose)."""
     if only is not None:
         return list(notebooks)
-    return [p for p in notebooks if p.name[:2] not in OPT_IN_PREFIXES]
+    return [p for p in notebooks if not schedule(p)["opt_in"]]
 
 
 def across_seeds(notebook: str | Path) -> bool:
-    return Path(notebook).name[:2] in ACROSS_SEEDS_PREFIXES
+    """Whether ``notebook`` runs once over all the seeds (``metadata.acl.runs``), not once per seed."""
+    return schedule(notebook)["runs"] == "once_over_seeds"
 
 
 @dataclass(frozen=True)
@@ -107,7 +126,7 @@ class Job:
 
 def plan_jobs(notebooks: list[Path], seeds: list[int]) -> list[Job]:
     """What ``acl run`` executes, in order: every per-seed notebook for the first seed, then for the next ...,
-    then each across-seeds notebook (12) once over all the seeds."""
+    then each across-seeds notebook (the final tables) once over all the seeds."""
     seeds = list(seeds)
     per_seed = [nb for nb in notebooks if not across_seeds(nb)]
     jobs = [Job(nb, seed) for seed in seeds for nb in per_seed]
@@ -137,7 +156,8 @@ class NotebookFailed(Exception):
     def __str__(self) -> str:
         where = f"cell {self.cell_index}" if self.cell_index is not None else "a cell"
         src = "\n".join("    " + line for line in self.source.rstrip().splitlines())
-        return f"notebook failed at {where}; executed copy: {self.output}\n--- cell source ---\n{src}\n--- error ---\n{self.error}"
+        return (f"notebook failed at {where}; executed copy: {self.output}\n--- cell source ---\n{src}\n"
+                f"--- error ---\n{self.error}")
 
 
 def execute(
@@ -278,10 +298,6 @@ def following_progress(path: str | Path, prefix: str = "", out=None) -> Iterator
     """While the block runs, print each line appended to ``path`` (the kernel's progress file, see
     ``acl_lib.progress``) to ``out`` (stdout), prefixed; the kernel finds the file through ``ACL_PROGRESS_FILE``.
     The file is emptied first and removed afterwards."""
-    import threading
-
-    from acl_lib.progress import PROGRESS_FILE_ENV
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("")
@@ -334,15 +350,14 @@ def _prefer_own_kernels() -> None:
 
 def _mark_interrupted(executed: Path) -> None:
     """Record in an executed copy's metadata that its execution was interrupted (``acl status``: interrupted)."""
-    from datetime import datetime, timezone
-
-    from acl_lib.atomic import atomic_write_text
+    from datetime import datetime
 
     try:
         nb = json.loads(Path(executed).read_text())
         meta = nb.setdefault("metadata", {})
         meta.setdefault("papermill", {})["exception"] = True
-        meta["acl"] = {"interrupted": True, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        meta[SCHEDULE_KEY] = {**(meta.get(SCHEDULE_KEY) or {}), "interrupted": True,
+                              "at": datetime.now(UTC).isoformat(timespec="seconds")}
         atomic_write_text(executed, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     except (OSError, ValueError, AttributeError):
         pass  # no readable copy yet: notebook_state reports "not run" or "incomplete", never "done"
@@ -420,8 +435,6 @@ def done_record_path(seed_dir: str | Path, notebook: str | Path) -> Path:
 
 def write_done(seed_dir: str | Path, notebook: str | Path, parameters: dict[str, Any], executed: str | Path) -> Path:
     """Record that ``notebook`` ran to the end with ``parameters`` (see the comment above ``DONE_DIR``)."""
-    from acl_lib.atomic import write_json
-
     record = {"notebook": Path(notebook).name, "notebook_sha256": _file_sha256(notebook), "parameters": parameters,
               "executed": str(executed), "runs": _complete_runs(seed_dir)}
     path = done_record_path(seed_dir, notebook)
@@ -444,12 +457,14 @@ def is_done(seed_dir: str | Path, notebook: str | Path, parameters: dict[str, An
     runs = record.get("runs") or {}
     if any(now.get(k) != v for k, v in runs.items()):
         return None
-    return f"complete: unchanged notebook and parameters, its {len(runs)} runs still complete (executed copy {executed})"
+    return (f"complete: unchanged notebook and parameters, its {len(runs)} runs still complete "
+            f"(executed copy {executed})")
 
 
 def strip_outputs(path: str | Path) -> bool:
     """Bring a notebook back to its committed form, in place: no outputs, execution counts or run metadata
-    (papermill's, Lab's ``language_info``, widget state), the suite's kernelspec, and nbformat's own layout.
+    (papermill's, Lab's ``language_info``, widget state, ``acl run``'s interruption mark), the suite's kernelspec,
+    its schedule (``metadata.acl``'s ``runs`` / ``opt_in``) kept, and nbformat's own layout.
 
     Opening and saving a committed notebook in JupyterLab changes only what this removes, so
     ``git diff`` is empty again after it. Returns True if the file changed.
@@ -465,7 +480,11 @@ def strip_outputs(path: str | Path) -> bool:
             cell.execution_count = None
         for key in ("papermill", "execution", "collapsed", "scrolled", "trusted"):
             cell.metadata.pop(key, None)
-    nb.metadata = {k: v for k, v in nb.metadata.items() if k not in ("papermill", "widgets", "acl", "language_info")}
+    own = {k: v for k, v in (nb.metadata.get(SCHEDULE_KEY) or {}).items() if k in SCHEDULE_DEFAULTS}
+    nb.metadata = {k: v for k, v in nb.metadata.items()
+                   if k not in ("papermill", "widgets", SCHEDULE_KEY, "language_info")}
+    if own:
+        nb.metadata[SCHEDULE_KEY] = own
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
     after = nbformat.writes(nb) + "\n"
     if after != before:
@@ -490,6 +509,18 @@ def check_conventions(path: str | Path) -> list[str]:
         nb = json.loads(path.read_text())
     except ValueError as exc:
         return problems + [f"not valid JSON: {exc}"]
+    own = (nb.get("metadata") or {}).get(SCHEDULE_KEY)
+    over_seeds = False
+    if own is not None:
+        if not isinstance(own, dict) or set(own) - set(SCHEDULE_DEFAULTS):
+            problems.append(f"metadata.{SCHEDULE_KEY} holds how acl run schedules the notebook, only the keys "
+                            f"{sorted(SCHEDULE_DEFAULTS)}; got {own!r}")
+        elif own.get("runs", "per_seed") not in RUNS:
+            problems.append(f"metadata.{SCHEDULE_KEY}.runs must be one of {list(RUNS)}, got {own['runs']!r}")
+        elif not isinstance(own.get("opt_in", False), bool):
+            problems.append(f"metadata.{SCHEDULE_KEY}.opt_in must be true or false, got {own['opt_in']!r}")
+        else:
+            over_seeds = own.get("runs") == "once_over_seeds"
     cells = nb.get("cells", [])
     if not cells:
         return problems + ["has no cells"]
@@ -499,7 +530,8 @@ def check_conventions(path: str | Path) -> list[str]:
     if first.get("cell_type") != "markdown":
         problems.append("first cell is not markdown")
     elif cmd not in _source(first) or "-p profile" not in _source(first):
-        problems.append(f"first markdown cell must give the run command: '{cmd}<profile>/seed<k>/{name} -p profile ...'")
+        problems.append(f"first markdown cell must give the run command: "
+                        f"'{cmd}<profile>/seed<k>/{name} -p profile ...'")
 
     for i, cell in enumerate(cells):
         if cell.get("cell_type") == "code" and (cell.get("outputs") or cell.get("execution_count") is not None):
@@ -528,6 +560,8 @@ def check_conventions(path: str | Path) -> list[str]:
     for p in REQUIRED_PARAMETERS:
         if p not in assigned:
             problems.append(f"parameters cell does not define {p}")
+    if over_seeds and "seeds" not in assigned:
+        problems.append("runs once over the seeds (metadata.acl.runs) but its parameters cell does not define seeds")
     if "profile" in assigned and assigned["profile"] != DEFAULT_PROFILE:
         problems.append(f"parameters cell: profile defaults to {assigned['profile']!r}; the suite's default is "
                         f"{DEFAULT_PROFILE!r} (tests and acl run pass the profile they want)")

@@ -38,12 +38,15 @@ import gzip
 import json
 import shutil
 import tomllib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from acl_lib.atomic import file_sha256
+from acl_lib.envs import instruct  # noqa: F401 - registers every verifier (IFEval and the OOD ones)
+from acl_lib.envs.ifeval_checks import validate_instruction
 
 MANIFEST = "MANIFEST.json"
 DOWNLOADS = ".downloads"
@@ -97,7 +100,7 @@ def read_rows(path: str | Path, limit: int | None = None) -> Iterator[dict]:
 
         try:
             pf = pq.ParquetFile(p)
-        except Exception as exc:  # noqa: BLE001 - pyarrow's errors have many types
+        except Exception as exc:  # pyarrow's errors have many types
             raise DataError(f"{p}: not a parquet file ({exc})") from None
         for batch in pf.iter_batches(batch_size=512):
             for row in batch.to_pylist():
@@ -204,9 +207,6 @@ def _corpus_row(row: dict, where: str) -> None:
 
 
 def _ifeval_row(row: dict, where: str) -> None:
-    from acl_lib.envs import instruct  # noqa: F401 - registers every verifier (IFEval and the OOD ones)
-    from acl_lib.envs.ifeval_checks import validate_instruction
-
     _need(row, "prompt", str, where)
     ids = _need(row, "instruction_id_list", (list, tuple), where)
     kwargs = row.get("kwargs") or [{}] * len(ids)
@@ -480,8 +480,8 @@ def convert_if_train(src: Path, dst: Path) -> dict:
     for i, r in enumerate(read_rows(src)):
         where = f"{src.name} row {i}"
         msgs = _need(r, "messages", (list, tuple), where)
-        prompt = next((m.get("content") for m in reversed(list(msgs)) if isinstance(m, dict) and m.get("role") == "user"),
-                      None)
+        prompt = next((m.get("content") for m in reversed(list(msgs))
+                       if isinstance(m, dict) and m.get("role") == "user"), None)
         if not isinstance(prompt, str):
             raise DataError(f"{where}: 'messages' has no user message")
         try:
@@ -568,7 +568,8 @@ DATASETS: list[Dataset] = [
     Dataset("mmlu_redux", "hf:edinburgh-dawg/mmlu-redux-2.0 (every subject, test)",
             lambda dl, d: convert_mmlu_redux({s: _hub_rows("edinburgh-dawg/mmlu-redux-2.0", dl, s, "test")
                                               for s in _mmlu_subjects()}, d)),
-    Dataset("flashrag", "hf:RUC-NLPIR/FlashRAG_datasets (nq, popqa, triviaqa, 2wikimultihopqa, hotpotqa, bamboogle, musique)",
+    Dataset("flashrag",
+            "hf:RUC-NLPIR/FlashRAG_datasets (nq, popqa, triviaqa, 2wikimultihopqa, hotpotqa, bamboogle, musique)",
             lambda dl, d: convert_flashrag({f"{ds}/{s}": _hub_file("RUC-NLPIR/FlashRAG_datasets", f"{ds}/{s}.jsonl", dl)
                                             for ds, stems in FLASHRAG_FILES.items() for s in stems}, d)),
     Dataset("wiki_corpus", "hf:PeterJinGo/wiki-18-corpus (wiki-18.jsonl.gz, the Search-R1 corpus, ~14 GB unpacked)",
@@ -580,7 +581,8 @@ DATASETS: list[Dataset] = [
     Dataset("ifbench", "hf:allenai/IFBench_test (train)",
             lambda dl, d: convert_ifeval(_hub_rows("allenai/IFBench_test", dl), d / "instruct/ifbench.jsonl")),
     Dataset("if_train", "hf:allenai/IF_multi_constraints_upto5 (train)",
-            lambda dl, d: convert_if_train(_hub_rows("allenai/IF_multi_constraints_upto5", dl), d / "instruct/train.jsonl")),
+            lambda dl, d: convert_if_train(_hub_rows("allenai/IF_multi_constraints_upto5", dl),
+                                           d / "instruct/train.jsonl")),
 ]
 
 
@@ -601,7 +603,7 @@ def write_manifest(data_dir: str | Path, notes: dict[str, dict] | None = None) -
         if p is not None:
             files[str(p.relative_to(d))] = {"sha256": sha256(p), "bytes": p.stat().st_size, "dataset": lf.dataset,
                                             "source": sources.get(lf.dataset, "")}
-    manifest = {"written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "tau2_ref": TAU2_REF,
+    manifest = {"written_at": datetime.now(UTC).isoformat(timespec="seconds"), "tau2_ref": TAU2_REF,
                 "files": dict(sorted(files.items())), "notes": {**(old.get("notes") or {}), **(notes or {})}}
     (d / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return d / MANIFEST
@@ -623,8 +625,9 @@ def prepare(data_dir: str | Path, only: list[str] | None = None, log: Callable[[
         log(f"{ds.name}: {ds.source}")
         try:
             notes[ds.name] = ds.prepare(dl / ds.name, d)
-        except Exception as exc:  # noqa: BLE001 - one data set's failure never costs the others
-            failed[ds.name] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+        except Exception as exc:  # one data set's failure never costs the others
+            first_line = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            failed[ds.name] = f"{type(exc).__name__}: {first_line}"
             log(f"{ds.name}: FAILED ({failed[ds.name]})" + (f"\n    {ds.access}" if ds.access else ""))
             continue
         log(f"{ds.name}: done {notes[ds.name] or ''}".rstrip())

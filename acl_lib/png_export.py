@@ -50,7 +50,7 @@ def find_chrome() -> str | None:
         return None
     try:
         path = Chromium.find_browser(skip_local=False)
-    except Exception:  # noqa: BLE001  (a lookup that fails finds nothing)
+    except Exception:  # a lookup that fails finds nothing
         return None
     return path if path and _is_exe(path) else None
 

@@ -30,7 +30,7 @@ import os
 import sys
 import time
 import warnings
-from typing import Iterator
+from collections.abc import Iterator
 
 PROGRESS_FILE_ENV = "ACL_PROGRESS_FILE"
 log = logging.getLogger("acl.progress")
@@ -182,7 +182,7 @@ class Progress:
         if (self.done, tuple(self.stats.items())) != self._logged:  # the last line logged is the final state
             self._log(force=True)
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -12,7 +12,8 @@ A run lives in ``outputs/<profile>/seed<k>/<name>/`` and holds::
 
 Usage from a notebook or library function::
 
-    run = Run(cfg, "seq_math", sections=("model", "grpo", "worlds"), inputs=[base_run])
+    run = Run(cfg.for_stage("math"), "seq_math", sections=("model", "worlds", "sft", "grpo"),
+              inputs=[base_run], extra={"domain": "math", "cold_start": True})
     run_once(run, lambda r: train_stage(r, ...))   # skipped if already complete with this config
 
 Semantics:
@@ -47,7 +48,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ STATUSES = ("complete", "missing", "running", "failed", "stale")
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -282,7 +283,8 @@ class Run:
         atomic_write_text(self.path / CONFIG, header + yaml.safe_dump(self.cfg.to_dict(), sort_keys=False))
         started = time.time()
         self.write_json(
-            RUNNING, {"pid": os.getpid(), "host": socket.gethostname(), "started_at": _now(), "config_hash": config_hash}
+            RUNNING,
+            {"pid": os.getpid(), "host": socket.gethostname(), "started_at": _now(), "config_hash": config_hash},
         )
         # Every acl.* message during the run (stage notes, progress lines) goes to its run.log, and so does
         # what the libraries print (trainer tables, warnings): the notebook cell keeps progress lines only.
@@ -313,7 +315,7 @@ class Run:
                 COMPLETE,
                 {
                     "config_hash": config_hash,
-                    "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+                    "started_at": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
                     "finished_at": _now(),
                     "duration_s": round(duration, 3),
                     "code": code_version(),
@@ -327,7 +329,7 @@ class Run:
 
     def _supersede(self) -> None:
         old = (_read_json(self.path / COMPLETE) or {}).get("config_hash", "unknown")
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
         dest = self.cfg.seed_dir() / SUPERSEDED / f"{self.name.replace('/', '__')}-{old}-{stamp}"
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.rename(self.path, dest)

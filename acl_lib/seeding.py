@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import random
 
-
 # Environment variables read by torch / MKL / oneDNN when they load: the AVX2 code path on any x86 processor.
 CPU_KERNEL_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 

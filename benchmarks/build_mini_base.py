@@ -95,9 +95,10 @@ def main(argv: list[str] | None = None) -> None:
 
     from acl_lib.config import load_config
     from acl_lib.eval.harness import evaluate
-    from acl_lib.model import base_run, build_base, load_model_and_tokenizer
+    from acl_lib.model import base_run, load_model_and_tokenizer
     from acl_lib.model.copying import copy_gain, world_word_lists
     from acl_lib.model.shipped import shipped_dir, write_shipped
+    from acl_lib.pipeline import build_base
     from acl_lib.train.common import read_log
 
     cfg = load_config("mini", [*args.overrides, f"output_dir={args.output_dir}", "pretrain.source=pretrain"], seed=0)
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     tokens = summary["tokens_seen"] + warm.get("tokens_seen", 0)
     complete = json.loads((run.path / "COMPLETE.json").read_text())
     card = {
-        "command": " ".join(["python benchmarks/build_mini_base.py", *(["--set", *args.overrides] if args.overrides else [])]),
+        "command": " ".join(["python benchmarks/build_mini_base.py",
+                             *(["--set", *args.overrides] if args.overrides else [])]),
         "recipe_config_hash": recipe_hash(cfg),
         "run_config_hash": complete["config_hash"],
         "config": {k: cfg.to_dict()[k] for k in RECIPE_SECTIONS},

@@ -70,7 +70,7 @@ def probe(cfg, task: str, steps: int, lr: float, vocab: int, batch: int, length:
     first = last = None
     t0 = time.perf_counter()
     window: list[float] = []
-    for step in range(steps):
+    for _step in range(steps):
         x = make_batch(task, rng, vocab, batch, length)
         loss = model(input_ids=x, labels=x).loss
         loss.backward()

@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> None:
           f"now ({cfg.eval.max_turns}, {cfg.eval.max_new_tokens})")
     for r in rows:
         now = cfg.eval.limits_for(r["benchmark"])
+        differs = "" if now == (r["limit_turns"], r["limit_tokens"]) else f"profile: {now}"
         print(f"{r['benchmark']:<11} {r['episodes']:>4} {r['expert_pass']:>4} {r['max_turns']:>5} {r['max_tokens']:>6} "
-              f"{r['p99_tokens']:>5}  ({r['limit_turns']}, {r['limit_tokens']})  {'' if now == (r['limit_turns'], r['limit_tokens']) else f'profile: {now}'}")
+              f"{r['p99_tokens']:>5}  ({r['limit_turns']}, {r['limit_tokens']})  {differs}")
     print("eval:\n  limits:")
     for r in rows:
         print(f"    {r['benchmark']}: {{max_turns: {r['limit_turns']}, max_new_tokens: {r['limit_tokens']}}}")

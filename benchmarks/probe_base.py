@@ -29,10 +29,10 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from acl_lib.config import load_config
-    from acl_lib.corpus import base_corpus
     from acl_lib.eval.harness import evaluate
     from acl_lib.model import BASE_SECTIONS
     from acl_lib.model.build import build_model, count_parameters, save, train_tokenizer
+    from acl_lib.model.corpus import base_corpus
     from acl_lib.runs import Run
     from acl_lib.train.pretrain import train_pretrain
 

@@ -70,7 +70,8 @@ def measure(cfg, model_dir: str, benchmarks: list[str], reuse_kv: bool = True) -
             "encoded_tokens": st["encoded_tokens"], "reencoded_tokens": st["reencoded_tokens"],
             "reencoded_share": round(st["reencoded_tokens"] / max(1, st["encoded_tokens"]), 4),
             "pad_tokens": st["pad_tokens"], "generated_tokens": policy.generated_tokens,
-            "generate_calls": len(st["calls"]), "wall_s": round(wall, 2), "generate_s": round(policy.generate_seconds, 2),
+            "generate_calls": len(st["calls"]), "wall_s": round(wall, 2),
+            "generate_s": round(policy.generate_seconds, 2),
             "harness_tokens_per_s": round(harness_tps, 1), "raw_generate_tokens_per_s": round(raw_tps, 1),
             "raw_generate_s": round(raw_s, 2), "raw_generated_tokens": raw_tokens,
             "ratio": round(harness_tps / raw_tps, 3) if raw_tps else None,
@@ -112,8 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model {args.model_dir}, profile {args.profile}: eval.batch_size {cfg.eval.batch_size}, limits per "
           f"benchmark (max_turns, max_new_tokens): "
           + ", ".join(f"{b} {cfg.eval.limits_for(b)}" for b in benchmarks))
-    print(f"{'benchmark':<11} {'eps':>4} {'turns':>5} {'prompt_tok':>9} {'encoded':>9} {'re-enc':>8} {'pad_tok':>8} {'gen_tok':>7} "
-          f"{'wall_s':>7} {'tok/s':>8} {'raw tok/s':>8} {'ratio':>6}")
+    print(f"{'benchmark':<11} {'eps':>4} {'turns':>5} {'prompt_tok':>9} {'encoded':>9} {'re-enc':>8} {'pad_tok':>8} "
+          f"{'gen_tok':>7} {'wall_s':>7} {'tok/s':>8} {'raw tok/s':>8} {'ratio':>6}")
     rows = measure(cfg, args.model_dir, benchmarks, reuse_kv=not args.no_reuse)
     desk = [r for r in rows if BENCHMARKS[r["benchmark"]].env in DESKS]
 
@@ -126,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
              "desk_benchmarks": [r["benchmark"] for r in desk], "desk_reencoded_share": share(desk) if desk else None,
              "harness_tokens_per_s": round(harness, 1), "raw_generate_tokens_per_s": round(raw, 1),
              "ratio": round(harness / raw, 3) if raw else None}
-    print(f"total wall {total['wall_s']} s; re-encoded share of all encoded tokens {100 * total['reencoded_share']:.1f}%"
+    print(f"total wall {total['wall_s']} s; re-encoded share of all encoded tokens "
+          f"{100 * total['reencoded_share']:.1f}%"
           + (f", of the desks' ({', '.join(total['desk_benchmarks'])}) {100 * total['desk_reencoded_share']:.1f}%"
              if desk else "")
           + f"; harness {total['harness_tokens_per_s']} generated tokens/s against raw generate "

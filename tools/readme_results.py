@@ -2,11 +2,12 @@
 
     python tools/readme_results.py                       # profile mini, seed 0, outputs/
     python tools/readme_results.py --output-dir /tmp/run/outputs --profile mini --seed 0
-    python tools/readme_results.py --seeds 0 1 2 --orders   # + notebook 12 over three seeds, notebook 13's rotations
+    python tools/readme_results.py --seeds 0 1 2 --orders   # + the final tables over three seeds, the four orders
 
 Replaces what lies between the README's `<!-- results:begin ... -->` and `<!-- results:end -->` markers with
 the scores, the study's figures beside them, the lifts, the forgetting, the run time, and the commits that made
-the runs (acl_lib.report.results_markdown). Nothing in that section is typed by hand.
+the runs (acl_lib.report.results_markdown, written by acl_lib.report.write_results_section). Nothing in that
+section is typed by hand.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ def main() -> None:
     ap.add_argument("--output-dir", default=None, help="run store root (default: the profile's output_dir)")
     ap.add_argument("--readme", default=str(ROOT / "README.md"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[],
-                    help="also notebook 12's tables over these seeds (mean ± std, findings verdicts)")
+                    help="also the final tables over these seeds (mean ± std, findings verdicts)")
     ap.add_argument("--orders", action="store_true",
-                    help="also notebook 13's result for the four cyclic rotations of the curriculum (seed --seed)")
+                    help="also the curriculum-orders study over the four rotations of the curriculum (seed --seed)")
     args = ap.parse_args()
     overrides = [f"output_dir={Path(args.output_dir).resolve()}"] if args.output_dir else []
     cfg = load_config(args.profile, overrides, seed=args.seed)

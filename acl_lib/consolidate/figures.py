@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from acl_lib import pipeline
+from acl_lib.config import setting_text
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
+from acl_lib.views import load_scores, scores_frame
 
 OTHER_CONSOLIDATIONS = ("mmopd", "sdft")  # shown beside the merges when notebooks 08 / 09 have scored them
 
@@ -17,9 +20,6 @@ OTHER_CONSOLIDATIONS = ("mmopd", "sdft")  # shown beside the merges when noteboo
 def comparison_scores(cfg, merges: Sequence[str], oracles: bool = True) -> dict[str, dict[str, float]]:
     """``{row: {benchmark: %}}``: ``seq_final``, each merge, any other consolidation already scored, and the
     oracles; rows whose evaluation is missing are left out."""
-    from acl_lib import pipeline
-    from acl_lib.report import load_scores
-
     final = pipeline.sequential_run(cfg, len(cfg.pipeline.curriculum)).name
     names = [final, *merges, *OTHER_CONSOLIDATIONS]
     if oracles:
@@ -30,8 +30,6 @@ def comparison_scores(cfg, merges: Sequence[str], oracles: bool = True) -> dict[
 
 def comparison_frame(scores: Mapping[str, Mapping[str, float]], study: Mapping[str, Mapping]):
     """One row per checkpoint, two columns per benchmark (ours, the study's ``main_table``)."""
-    from acl_lib.report import scores_frame
-
     return scores_frame(dict(scores), dict(study))
 
 
@@ -147,7 +145,7 @@ def merge_reading(scores: Mapping[str, Mapping[str, float]], merges: Sequence[st
     present = [m for m in merges if m in scores]
     if present:
         lines.append(
-            f"\n**F6** (no shared-weight consolidation wins every domain): "
+            "\n**F6** (no shared-weight consolidation wins every domain): "
             + (f"holds among these {kind}: none is at or above `seq_final` on all four in-domain benchmarks."
                if not wins_all else f"does not hold here: {', '.join(f'`{m}`' for m in wins_all)} is at or above "
                                     "`seq_final` on all four in-domain benchmarks.")
@@ -164,12 +162,14 @@ def merge_reading(scores: Mapping[str, Mapping[str, float]], merges: Sequence[st
                 f"**F8** (uniform merging is the weakest consolidator on the agentic domains, mean of "
                 f"{' and '.join(agentic)}): {verdict}; {', '.join(f'`{m}` {v:.1f}' for m, v in mean.items())}."
                 + ("" if any(c in scores for c in OTHER_CONSOLIDATIONS) else
-                   " Compared among the merges only: MMOPD and SDFT (notebooks 08, 09) are not scored in this run store.")
+                   " Compared among the merges only: MMOPD and SDFT (notebooks 08, 09) are not scored in this run "
+                   "store.")
             )
     if validation is not None:
         ch = validation["chosen"]
         lines.append(
-            f"\nCoefficients chosen on {validation['n_tasks']} validation tasks per domain (the `{validation['split']}` "
+            f"\nCoefficients chosen on {validation['n_tasks']} validation tasks per domain "
+            f"(the `{validation['split']}` "
             f"split, seed {validation['validation_seed']}; never the test tasks above): grid-searched "
             f"lambda = ({_lam(ch['grid']['weights'])}) (validation mean {ch['grid']['mean']:.1f}), "
             f"capability-balanced lambda = ({_lam(ch['balanced']['weights'])}) "
@@ -186,7 +186,7 @@ def specs_frame(specs):
 
     return pd.DataFrame([{"merge": s.name, "method": s.method, "sources": ", ".join(s.sources),
                           "lambda": _lam(s.weights),
-                          "density": s.density if s.method != "task_arithmetic" else None} for s in specs]
+                          "density": setting_text(s.density) if s.method != "task_arithmetic" else None} for s in specs]
                         ).set_index("merge")
 
 
@@ -271,5 +271,6 @@ def distill_reading(scores: Mapping[str, Mapping[str, float]], runs: Sequence[st
                    " Retail does not fall here" + (" (it was 0 before)." if s0["retail"] == 0 else "."))
             )
         else:
-            lines.append(f"\nSingle-teacher ablation: not scored yet ({', '.join(r for r in single if r not in scores)}).")
+            missing = ", ".join(r for r in single if r not in scores)
+            lines.append(f"\nSingle-teacher ablation: not scored yet ({missing}).")
     return "\n".join(lines)

@@ -41,6 +41,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from acl_lib import pipeline
+from acl_lib.diagnostics.weights import _progress, _Readers, resolve_model_dir, safetensors_index
+from acl_lib.envs import BENCHMARKS, IN_DOMAIN
+from acl_lib.eval import harness  # called through the module: tests swap harness.world / make_policy
+from acl_lib.runs import Run, run_once
+from acl_lib.seeding import seed_and_threads
+
 METHODS = ("task_arithmetic", "ties", "dare")
 VALIDATION_SPLIT = "train"  # no world has a validation split: held-out draws of the training split (module docstring)
 VALIDATION_SEED = 7919  # + worlds.seed; training draws its tasks with the training seed and seed + 1
@@ -164,7 +171,7 @@ def write_safetensors_streamed(path: str | Path, entries: list[tuple[str, str, l
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(header)))
         f.write(header)
-        for name, dtype, shape in entries:
+        for name, _dtype, shape in entries:
             t = tensors(name).contiguous()
             if list(t.shape) != list(shape):
                 raise ValueError(f"tensor {name}: produced shape {list(t.shape)}, header says {list(shape)}")
@@ -175,8 +182,6 @@ def write_safetensors_streamed(path: str | Path, entries: list[tuple[str, str, l
 def _tensor_layout(model_dir) -> dict[str, tuple[Path, str, list[int]]]:
     """``{name: (file, safetensors dtype, shape)}`` of a checkpoint, from the headers only."""
     from safetensors import safe_open
-
-    from acl_lib.diagnostics.weights import safetensors_index
 
     index = safetensors_index(model_dir)
     out = {}
@@ -195,8 +200,6 @@ def merge_checkpoints(base_dir, source_dirs: Sequence, weights: Sequence[float],
     ``model.safetensors`` written tensor by tensor, plus the non-weight files (config, tokenizer, chat template)
     of the last source, a checkpoint this suite trained. Every source must hold the base's tensors with the base's
     shapes: a mismatch raises ``ValueError`` naming the checkpoint and the tensors. Returns a summary."""
-    from acl_lib.diagnostics.weights import _progress, _Readers
-
     t0 = time.perf_counter()
     if len(source_dirs) != len(weights):
         raise ValueError(f"{len(weights)} coefficients for {len(source_dirs)} checkpoints")
@@ -225,7 +228,8 @@ def merge_checkpoints(base_dir, source_dirs: Sequence, weights: Sequence[float],
         write_safetensors_streamed(out / "model.safetensors", entries, produce)
     donor = Path(source_dirs[-1])
     for p in donor.iterdir():
-        if p.is_file() and p.name not in _WEIGHT_FILES and p.name not in _NOT_COPIED and not p.name.endswith(".safetensors"):
+        copied = p.name not in _WEIGHT_FILES and p.name not in _NOT_COPIED and not p.name.endswith(".safetensors")
+        if p.is_file() and copied:
             shutil.copy2(p, out / p.name)
     return {"tensors": len(names), "parameters": int(sum(math.prod(base[n][2]) for n in names)),
             "method": method, "weights": [float(w) for w in weights], "density": density,
@@ -237,8 +241,6 @@ def merge_checkpoints(base_dir, source_dirs: Sequence, weights: Sequence[float],
 
 def checkpoint_runs(cfg) -> dict:
     """``{run name: Run}`` of the checkpoints a merge may take as theta_k: the sequential stages and the oracles."""
-    from acl_lib import pipeline
-
     runs = {}
     for i in range(1, len(cfg.pipeline.curriculum) + 1):
         r = pipeline.sequential_run(cfg, i)
@@ -255,8 +257,6 @@ def _made_by(name: str) -> str:
 
 def _complete_inputs(cfg, names: Sequence[str]) -> list:
     """The base run and the runs ``names``, each complete, or a RuntimeError naming what is missing."""
-    from acl_lib import pipeline
-
     known = checkpoint_runs(cfg)
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -272,9 +272,6 @@ def _complete_inputs(cfg, names: Sequence[str]) -> list:
 
 def merge_run(cfg, spec: MergeSpec):
     """The run of ``spec`` (``<seed_dir>/<spec.name>``), keyed on the spec and its input checkpoints."""
-    from acl_lib import pipeline
-    from acl_lib.runs import Run
-
     known = checkpoint_runs(cfg)
     inputs = [pipeline.base_run(cfg)] + [known[n] for n in spec.sources if n in known]
     return Run(cfg, spec.name, sections=MERGE_SECTIONS, inputs=inputs, extra={"merge": spec.to_dict()})
@@ -314,16 +311,11 @@ def run_merge(cfg, spec: MergeSpec, evaluate: bool = True):
 
     When another complete merge is the same job (``merge_twin``), its model and its evaluation are copied, not
     computed again, and ``same_as.json`` says so in both runs."""
-    from acl_lib import pipeline
-    from acl_lib.runs import run_once
-
     runs = _complete_inputs(cfg, spec.sources)
     base_dir, source_dirs = pipeline.model_dir(runs[0]), [pipeline.model_dir(r) for r in runs[1:]]
     twin = merge_twin(cfg, spec)
 
     def fn(run) -> None:
-        from acl_lib.diagnostics.weights import resolve_model_dir
-
         if twin is not None:
             pipeline.copy_run_fn(twin, files=(), why="the same checkpoints, coefficients and method")(run)
             summary = {k: v for k, v in json.loads((twin.path / "merge.json").read_text()).items()
@@ -350,20 +342,16 @@ def validation_seed(cfg) -> int:
 
 
 def domain_benchmark(domain: str):
-    from acl_lib.envs import BENCHMARKS, IN_DOMAIN
-
     return BENCHMARKS[IN_DOMAIN[domain]]
 
 
 def validation_tasks(cfg, domain: str, n: int, envs: dict | None = None) -> list:
     """``n`` validation tasks of ``domain``: its in-domain benchmark's world, split ``VALIDATION_SPLIT``, drawn
     with ``validation_seed(cfg)`` (see the module docstring)."""
-    from acl_lib.eval.harness import world
-
     bench = domain_benchmark(domain)
     envs = {} if envs is None else envs
     if bench.env not in envs:
-        envs[bench.env] = world(cfg, bench.env)
+        envs[bench.env] = harness.world(cfg, bench.env)
     return envs[bench.env].tasks(VALIDATION_SPLIT, n, seed=validation_seed(cfg))
 
 
@@ -373,14 +361,11 @@ def validation_scores(cfg, model: str, domains: Sequence[str], n_tasks: int, rec
     each domain's in-domain benchmark, greedy or with the profile's sampling settings, one sample per task.
     Returns ``{domain: percent}``; ``record`` (if given) receives the task ids scored per domain; ``envs``: a
     dict that keeps the worlds built between calls (a search scores many candidates on the same worlds)."""
-    from acl_lib.eval.harness import evaluate_benchmark, make_policy
-    from acl_lib.seeding import seed_and_threads
-
     if n_tasks < 1:
         raise ValueError(f"validation needs at least one task per domain, got {n_tasks}")
     if model not in ("expert", "null"):
         seed_and_threads(cfg.seed, cfg.torch_threads)
-    policy = make_policy(str(model), cfg)
+    policy = harness.make_policy(str(model), cfg)
     envs = {} if envs is None else envs
     scores = {}
     try:
@@ -390,8 +375,8 @@ def validation_scores(cfg, model: str, domains: Sequence[str], n_tasks: int, rec
             max_turns, max_new_tokens = cfg.eval.limits_for(bench.key)
             if hasattr(policy, "max_new_tokens"):
                 policy.max_new_tokens = max_new_tokens
-            summary, _ = evaluate_benchmark(policy, bench, envs[bench.env], len(tasks), 1, max_turns,
-                                            batch_size=max(cfg.eval.batch_size, 1) * 4, tasks=tasks)
+            summary, _ = harness.evaluate_benchmark(policy, bench, envs[bench.env], len(tasks), 1, max_turns,
+                                                    batch_size=max(cfg.eval.batch_size, 1) * 4, tasks=tasks)
             scores[d] = summary["score"]
             if record is not None:
                 record[d] = [t.id for t in tasks]
@@ -439,8 +424,6 @@ def search_weights(base_dir, source_dirs: Sequence, candidates: Sequence[Sequenc
                    scorer: Callable[[str], dict], work_dir, progress: bool = False) -> list[dict]:
     """Merge each candidate lambda into ``work_dir/candidate`` (task arithmetic), score it with
     ``scorer(model_dir) -> {domain: %}`` and remove it. Returns ``[{"weights", "scores"}]`` in candidate order."""
-    from acl_lib.diagnostics.weights import _progress
-
     work = Path(work_dir) / "candidate"
     out = []
     with _progress(progress, len(candidates), "validation", "candidate") as bar:
@@ -455,12 +438,8 @@ def search_weights(base_dir, source_dirs: Sequence, candidates: Sequence[Sequenc
 
 
 def validation_run(cfg, sources: Sequence[str], grid: Sequence[float], n_tasks: int):
-    from acl_lib.runs import Run
-
     known = checkpoint_runs(cfg)
     oracles = [known[f"oracle_{d}"] for d in cfg.pipeline.curriculum]
-    from acl_lib import pipeline
-
     inputs = [pipeline.base_run(cfg)] + [known[n] for n in sources if n in known] + oracles
     return Run(cfg, VALIDATION_RUN, sections=VALIDATION_SECTIONS, inputs=inputs,
                extra={"sources": list(sources), "grid": [float(g) for g in grid], "n_tasks": n_tasks,
@@ -471,9 +450,6 @@ def run_validation_search(cfg, sources: Sequence[str], grid: Sequence[float], n_
     """Score every candidate of ``candidate_grid(grid, len(sources))`` and each oracle (on its own domain) on the
     validation tasks, choose the grid-searched and the capability-balanced coefficients; a run of its own
     (``merge_validation/validation.json``), skipped when complete. Returns that JSON."""
-    from acl_lib import pipeline
-    from acl_lib.runs import run_once
-
     domains = list(cfg.pipeline.curriculum)
     oracle_names = [f"oracle_{d}" for d in domains]
     runs = _complete_inputs(cfg, list(sources) + oracle_names)
@@ -483,8 +459,6 @@ def run_validation_search(cfg, sources: Sequence[str], grid: Sequence[float], n_
     candidates = candidate_grid(grid, len(sources))
 
     def fn(run) -> None:
-        from acl_lib.diagnostics.weights import _progress, resolve_model_dir
-
         task_ids: dict = {}
         envs: dict = {}
         oracle = {}

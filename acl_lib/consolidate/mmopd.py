@@ -35,19 +35,34 @@ alpha = None is infinity: no position qualifies and the loss is plain reverse KL
 **Memory** (``memory_plan``): one trained student plus four frozen teachers. ``teacher_placement: resident`` keeps
 every teacher on the training device (mini, and any model small enough); ``offload`` keeps them on the CPU and
 moves one teacher to the device for the rows routed to it, then back, so the device holds one teacher at a time
-(the paper profile's plan for four 8B teachers beside an 8B student under ZeRO-3). The launcher writes the rendered
-plan beside the job (``<run>/launch/memory_plan.md``).
+(the paper profile's plan for four 8B teachers beside an 8B student under ZeRO-3). ``run_mmopd`` writes the
+rendered plan beside the job before it launches (``write_memory_plan``: ``<run>/launch/memory_plan.md``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from acl_lib import pipeline
+from acl_lib.config import setting_text
+from acl_lib.consolidate.merging import checkpoint_runs
+from acl_lib.diagnostics.weights import checkpoint_parameter_count, weight_change
+from acl_lib.envs import STAGE_ENV
+from acl_lib.eval.harness import stop_token_ids
+from acl_lib.runs import Run, run_once
+from acl_lib.train import common, trl_env
+from acl_lib.train.common import read_log
+from acl_lib.train.grpo import grpo_args
+from acl_lib.train.launcher import LAUNCH_DIR, launch
+from acl_lib.train.trl_env import make_env
 
 logger = logging.getLogger("acl.consolidate.mmopd")
 
@@ -114,7 +129,7 @@ class TeacherPool:
     on the CPU; ``logits`` moves the routed teacher to ``device`` for its rows and back)."""
 
     def __init__(self, model_dirs: Mapping[str, str], device, placement: str = "resident", dtype: str = "float32"):
-        from acl_lib.model import load_model_and_tokenizer
+        from acl_lib.model import load_model_and_tokenizer  # acl_lib.model.build loads torch and transformers
 
         if placement not in ("resident", "offload"):
             raise ValueError(f"teacher placement must be resident or offload, got {placement!r}")
@@ -173,10 +188,6 @@ def prompts_per_domain(mixture: Mapping[str, float], n: int) -> dict[str, int]:
 def prompt_tasks(cfg, mixture: Mapping[str, float], n: int) -> list:
     """The prompt mixture: each stage domain's training split (its world built as the stage builds it), drawn
     with ``cfg.seed + PROMPT_SEED_OFFSET``, ``prompts_per_domain`` of each, interleaved by a seeded shuffle."""
-    import random
-
-    from acl_lib.train.trl_env import make_env
-
     tasks = []
     for domain, k in prompts_per_domain(mixture, n).items():
         tasks += make_env(domain, cfg).tasks("train", k, seed=cfg.seed + PROMPT_SEED_OFFSET)
@@ -264,11 +275,6 @@ def train_mmopd(cfg, out_dir, student_dir: str, teacher_dirs: Mapping[str, str],
     ``alpha`` is passed explicitly (None = infinity) so a spec can differ from ``cfg.mmopd.alpha``."""
     import torch
 
-    from acl_lib.envs import STAGE_ENV
-    from acl_lib.eval.harness import stop_token_ids
-    from acl_lib.train import common, trl_env
-    from acl_lib.train.grpo import grpo_args
-
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func / environment_factory are "experimental"
     common.set_threads(cfg)
     dcfg = distill_cfg(cfg)
@@ -326,8 +332,6 @@ class DistillSpec:
 
 
 def _seq_name(cfg, domain: str) -> str:
-    from acl_lib import pipeline
-
     return pipeline.sequential_run(cfg, cfg.pipeline.curriculum.index(domain) + 1).name
 
 
@@ -350,9 +354,6 @@ def single_teacher_spec(cfg, name: str = "mmopd_single") -> DistillSpec:
 
 def distill_run(cfg, spec: DistillSpec):
     """The run of ``spec`` (``<seed_dir>/<spec.name>``), keyed on its spec, the sections it reads and its inputs."""
-    from acl_lib.consolidate.merging import checkpoint_runs
-    from acl_lib.runs import Run
-
     known = checkpoint_runs(cfg)
     names = [spec.student, *dict.fromkeys(spec.teachers.values())]
     unknown = [n for n in names if n not in known]
@@ -365,10 +366,6 @@ def distill_run(cfg, spec: DistillSpec):
 def run_mmopd(cfg, spec: DistillSpec, evaluate: bool = True):
     """Train ``spec`` (skipped when its run is complete; resumed from its last checkpoint after a crash), record
     how far it moved the student (``moved.json``), and score it on the whole suite (``<run>/eval/metrics.json``)."""
-    from acl_lib import pipeline
-    from acl_lib.runs import run_once
-    from acl_lib.train.launcher import launch
-
     run = distill_run(cfg, spec)
     missing = [r for r in run.inputs if not r.is_complete()]
     if missing:
@@ -380,6 +377,8 @@ def run_mmopd(cfg, spec: DistillSpec, evaluate: bool = True):
         r.checkpoint_dir()
         student = str(pipeline.model_dir(by_name[spec.student]))
         teacher_dirs = {n: str(pipeline.model_dir(by_name[n])) for n in dict.fromkeys(spec.teachers.values())}
+        # one student and its teachers on every GPU: the plan is written before any weight loads
+        write_memory_plan(cfg, r.path, student, len(teacher_dirs))
         summary = launch(cfg, "mmopd", r.path, student_dir=student, teacher_dirs=teacher_dirs,
                          teacher_of=spec.teachers, mixture=spec.mixture, alpha=spec.alpha)
         r.write_json("moved.json", movement(student, r.path / "model", r.path / "train_log.jsonl"))
@@ -394,9 +393,6 @@ def run_mmopd(cfg, spec: DistillSpec, evaluate: bool = True):
 def movement(before_dir, after_dir, train_log=None) -> dict:
     """Did training move the student? The L2 norm of the weight change, relative to the student's own norm
     (streamed over the safetensors files, ``diagnostics.weights``), and the first / last logged loss."""
-    from acl_lib.diagnostics.weights import weight_change
-    from acl_lib.train.common import read_log
-
     norm, ref = weight_change(before_dir, after_dir)
     out = {"update_norm": norm, "student_norm": ref, "relative_update": norm / ref if ref else 0.0}
     if train_log:
@@ -436,9 +432,6 @@ def memory_plan(cfg, n_params: int, n_teachers: int = 4) -> dict:
 
 def memory_plan_for(cfg, n_teachers: int = 4) -> dict:
     """``memory_plan`` for this profile's student: ``seq_final``'s checkpoint when it exists, else the base model's."""
-    from acl_lib import pipeline
-    from acl_lib.diagnostics.weights import checkpoint_parameter_count
-
     final = pipeline.sequential_run(cfg, len(cfg.pipeline.curriculum))
     source = final.path / "model" if final.is_complete() else pipeline.model_dir(pipeline.base_run(cfg))
     return memory_plan(cfg, checkpoint_parameter_count(source), n_teachers)
@@ -451,7 +444,8 @@ def specs_frame(specs: Sequence[DistillSpec]):
     return pd.DataFrame([{"run": s.name, "student": s.student,
                           "teachers": ", ".join(f"{d}: {t}" for d, t in s.teachers.items()),
                           "mixture": ", ".join(f"{d} {w:g}" for d, w in s.mixture.items() if w > 0),
-                          "alpha": "inf (reverse KL only)" if s.alpha is None else s.alpha} for s in specs]
+                          "alpha": "inf (reverse KL only)" if s.alpha is None else setting_text(s.alpha)}
+                         for s in specs]
                         ).set_index("run")
 
 
@@ -460,7 +454,7 @@ def _count(n: int) -> str:
 
 
 def render_memory_plan(plan: Mapping) -> str:
-    """The plan as the markdown the launcher writes (``launch/memory_plan.md``) and notebook 08 shows."""
+    """The plan as the markdown ``write_memory_plan`` writes (``launch/memory_plan.md``) and notebook 08 shows."""
     how = ("every teacher stays on the GPU" if plan["placement"] == "resident" else
            "teachers stay in CPU memory; the routed teacher is moved to the GPU for its rows, then back")
     return "\n".join([
@@ -476,3 +470,16 @@ def render_memory_plan(plan: Mapping) -> str:
         f"| teachers in CPU memory per node (a copy per process) | {plan['teachers_cpu_gib_per_node']:.3g} |",
         "",
     ])
+
+
+def write_memory_plan(cfg, out_dir, model_dir, n_teachers: int) -> Path:
+    """``<out_dir>/launch/memory_plan.md`` (and ``.json``): the per-GPU memory of a distillation job's student and
+    teachers for ``cfg.launcher`` and ``cfg.mmopd.teacher_placement`` (``memory_plan``), sized from the student
+    checkpoint's tensor headers; ``run_mmopd`` writes it beside the job before any weight loads."""
+    plan = memory_plan(cfg, checkpoint_parameter_count(model_dir), n_teachers)
+    d = Path(out_dir) / LAUNCH_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "memory_plan.json").write_text(json.dumps(plan, indent=2) + "\n")
+    path = d / "memory_plan.md"
+    path.write_text(render_memory_plan(plan))
+    return path

@@ -1,20 +1,26 @@
-"""Where forgetting lives: diagnostics over the checkpoints that notebooks 00-05 leave in the run store.
+"""Where forgetting lives: diagnostics over the checkpoints that the base, the sequential stages and the oracles
+leave in the run store.
 
     checkpoints.py   which checkpoints a seed directory holds (sequential stages, oracles, cold-start SFT models)
     weights.py       task vectors, stage updates, PCA, cosines, SFT vs RL displacement: streamed Gram matrices
     tokens.py        fixed reference rollouts scored by later checkpoints: top-1 consistency by entropy bucket
     cl_metrics.py    average accuracy, backward / forward transfer, forgetting over a capability matrix
 
-Notebooks 06 and 07 call these; their numbers go to ``outputs/<profile>/seed<k>/diagnostics/*.json``.
+The weight and token diagnostics notebooks call these; their numbers go to
+``outputs/<profile>/seed<k>/diagnostics/*.json``.
 """
+
+import json
+import math
+from pathlib import Path
+
+from acl_lib.atomic import write_json
 
 DIAG_DIR = "diagnostics"  # <seed_dir>/diagnostics/: weights.json, tokens.json, cl_metrics.json, reference/
 
 
 def _jsonable(obj):
     """NaN and infinities as None (JSON has neither), numpy scalars and arrays as Python values."""
-    import math
-
     import numpy as np
 
     if isinstance(obj, dict):
@@ -30,18 +36,14 @@ def _jsonable(obj):
     return obj
 
 
-def write_diagnostics(cfg, name: str, obj) -> "Path":  # noqa: F821
+def write_diagnostics(cfg, name: str, obj) -> Path:
     """Write ``obj`` to ``<seed_dir>/diagnostics/<name>.json`` atomically (the final tables read these files);
     returns the path. NaN and infinities become null."""
-    from acl_lib.atomic import write_json
-
     return write_json(cfg.seed_dir() / DIAG_DIR / f"{name}.json", _jsonable(obj))
 
 
 def read_diagnostics(cfg, name: str):
     """The JSON a diagnostics notebook wrote (``<seed_dir>/diagnostics/<name>.json``)."""
-    import json
-
     path = cfg.seed_dir() / DIAG_DIR / f"{name}.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: run the notebook that writes it (06: weights, cl_metrics; "

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from acl_lib import pipeline
+
 SFT_MODEL = "checkpoints/sft/model"  # acl_lib.train.stage.SFT_DIR + "/model": the cold start's model
 
 
@@ -60,11 +62,9 @@ class CheckpointSet:
 
 
 def _model_of(run) -> str | None:
-    from acl_lib.pipeline import model_dir
-
     if not run.is_complete():
         return None
-    model = model_dir(run)
+    model = pipeline.model_dir(run)
     if isinstance(model, Path) and not model.is_dir():
         return None
     return str(model)
@@ -73,8 +73,6 @@ def _model_of(run) -> str | None:
 def stage_checkpoints(cfg, oracles: bool = True, extra: list[str] | tuple[str, ...] = ()) -> CheckpointSet:
     """Base, the sequential stages in curriculum order, the oracles and ``extra`` run names (any complete run of
     this seed directory holding ``model/``, e.g. a consolidation, taken as trained from the base)."""
-    from acl_lib import pipeline
-
     out = CheckpointSet()
     base = pipeline.base_run(cfg)
     out.items.append(Checkpoint("base", "base", None, None, _model_of(base), status=base.status()))

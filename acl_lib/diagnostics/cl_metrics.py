@@ -21,6 +21,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from acl_lib.envs import IN_DOMAIN
+from acl_lib.pipeline import checkpoint_names
+from acl_lib.views import load_scores, paper_results
+
 
 def _ok(x) -> bool:
     return x is not None and not (isinstance(x, float) and math.isnan(x))
@@ -38,7 +42,8 @@ def cl_metrics(R: Sequence[Sequence[float | None]], base: Sequence[float | None]
     "forgetting": {task: f_j}, "n_terms": {metric: terms used}}``; a metric no term can be computed for is None."""
     T = len(R)
     if any(len(row) != T for row in R):
-        raise ValueError(f"the capability matrix must be square (T stages x T tasks), got rows of {[len(r) for r in R]}")
+        raise ValueError("the capability matrix must be square (T stages x T tasks), got rows of "
+                         f"{[len(r) for r in R]}")
     tasks = list(tasks) if tasks is not None else [str(j) for j in range(T)]
     if len(tasks) != T:
         raise ValueError(f"{len(tasks)} task names for a {T} x {T} matrix")
@@ -62,7 +67,7 @@ def cl_metrics(R: Sequence[Sequence[float | None]], base: Sequence[float | None]
 
 def capability_matrix(scores: Mapping[str, Mapping[str, float]], stage_runs: Sequence[str],
                       benchmarks: Sequence[str], base: str = "base") -> tuple[list[list], list]:
-    """``(R, b)`` from ``{run: {benchmark: score}}`` (``report.load_scores`` or the study's ``sequential``):
+    """``(R, b)`` from ``{run: {benchmark: score}}`` (``views.load_scores`` or the study's ``sequential``):
     row i = ``stage_runs[i]``, column j = ``benchmarks[j]``; None where a run or a score is absent."""
     R = [[(scores.get(run) or {}).get(b) for b in benchmarks] for run in stage_runs]
     return R, [(scores.get(base) or {}).get(b) for b in benchmarks]
@@ -73,10 +78,6 @@ def sequential_cl_metrics(cfg) -> dict:
     (``paper_results.yaml`` ``sequential``), over the curriculum's in-domain benchmarks, side by side:
     ``{"benchmarks", "stages", "ours": {..., "matrix", "base"}, "study": {...}}``. A stage not run yet leaves
     its row None (the metrics use what is there)."""
-    from acl_lib.envs import IN_DOMAIN
-    from acl_lib.pipeline import checkpoint_names
-    from acl_lib.report import load_scores, paper_results
-
     names = checkpoint_names(cfg, oracles=False)
     benchmarks = [IN_DOMAIN[d] for d in cfg.pipeline.curriculum]
     ours = load_scores(cfg.seed_dir(), names)
@@ -104,6 +105,7 @@ def cl_frame(metrics: dict):
                      "terms (ours)": metrics["ours"]["n_terms"][nk], "terms (study)": metrics["study"]["n_terms"][nk]})
     for b in metrics["benchmarks"][:-1]:
         rows.append({"metric": f"forgetting: {b}", "ours": metrics["ours"]["forgetting"].get(b),
-                     "study": metrics["study"]["forgetting"].get(b), "terms (ours)": int(b in metrics["ours"]["forgetting"]),
+                     "study": metrics["study"]["forgetting"].get(b),
+                     "terms (ours)": int(b in metrics["ours"]["forgetting"]),
                      "terms (study)": int(b in metrics["study"]["forgetting"])})
     return pd.DataFrame(rows).set_index("metric")

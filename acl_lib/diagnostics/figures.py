@@ -1,6 +1,6 @@
-"""Figures and readings of notebooks 06 and 07, drawn from the dicts that ``weights.weight_diagnostics`` and
-``tokens.token_diagnostics`` return (the same content as the JSON files they write). Plotly figures; the
-notebooks show them and save them with ``report.save_figure``."""
+"""Figures and readings of the weight and token diagnostics, drawn from the dicts that
+``weights.weight_diagnostics`` and ``tokens.token_diagnostics`` return (the same content as the JSON files they
+write). Plotly figures; the notebooks show them and save them with ``views.save_figure``."""
 
 from __future__ import annotations
 
@@ -52,8 +52,9 @@ def distance_figure(diag: dict):
     seq = [r for r in diag["stages"] if r["kind"] == "seq"]
     orc = [r for r in diag["stages"] if r["kind"] == "oracle"]
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=["base"] + [r["checkpoint"] for r in seq], y=[0.0] + [r["relative_distance"] for r in seq],
-                             mode="lines+markers", name="sequential", line={"color": SEQ_COLOR}))
+    fig.add_trace(go.Scatter(x=["base"] + [r["checkpoint"] for r in seq],
+                             y=[0.0] + [r["relative_distance"] for r in seq], mode="lines+markers",
+                             name="sequential", line={"color": SEQ_COLOR}))
     fig.add_trace(go.Scatter(x=[r["checkpoint"] for r in orc], y=[r["relative_distance"] for r in orc], mode="markers",
                              name="oracles", marker={"symbol": "diamond", "size": 12, "color": ORACLE_COLOR}))
     fig.update_layout(title="Distance to the base, ||theta - theta_base|| / ||theta_base||", height=380,
@@ -125,7 +126,8 @@ def stages_frame(diag: dict):
              "cos(task vector, oracle)": r["cos_task_vector_vs_oracle"]} for r in diag["stages"]]
     frame = pd.DataFrame(rows, columns=["checkpoint", "domain", "start", "distance to base", "distance, % of base norm",
                                         "update norm", "cos(update, oracle)", "cos(task vector, oracle)"])
-    return frame.set_index("checkpoint").astype({"cos(update, oracle)": float, "cos(task vector, oracle)": float}).round(3)
+    floats = {"cos(update, oracle)": float, "cos(task vector, oracle)": float}
+    return frame.set_index("checkpoint").astype(floats).round(3)
 
 
 def sft_rl_frame(diag: dict, study: dict | None = None):
@@ -144,8 +146,13 @@ def sft_rl_frame(diag: dict, study: dict | None = None):
     return frame
 
 
-def weights_reading(diag: dict, cos: dict, study: dict, profile: str, seed: int) -> str:
-    """Markdown: the study's weight-level claims (F4, F5, stages drift farther from the base) checked on this run."""
+def weights_reading(diag: dict, cos: dict, study: dict, profile: str, seed: int,
+                    directions: dict | None = None) -> str:
+    """Markdown: what this run's weights measure for the study's weight-level claims (drift from the base, F4's
+    update directions, F5's SFT/RL displacement), beside the study's figures where the study reports the same
+    quantity. Measurements only: the verdicts are ``acl_lib.findings``' rules, the one place they are judged.
+    ``directions``: the SDFT step's update-direction check (``weights.read_update_directions``), the quantity
+    the study's 0.77 and 0.05 belong to."""
     lines = []
     seq = [r for r in diag["stages"] if r["kind"] == "seq"]
     if seq:
@@ -153,39 +160,35 @@ def weights_reading(diag: dict, cos: dict, study: dict, profile: str, seed: int)
         grows = all(b >= a - 1e-12 for a, b in zip(d, d[1:]))
         lines.append(f"- **Drift from the base**: relative distance {' -> '.join(_fmt(x, '.3f') for x in d)} along "
                      f"{' -> '.join(r['checkpoint'] for r in seq)}: "
-                     + ("each stage ends farther from the base, as in the study." if grows else
-                        "not monotonic here (the study: later checkpoints drift farther)."))
+                     + ("each stage ends farther from the base (the study: later checkpoints drift farther)."
+                        if grows else "not monotonic here (the study: later checkpoints drift farther)."))
     rows = diag["sft_vs_rl"]
     if rows:
         lo, hi = study["sft_over_rl_displacement"]
         parts = [f"{r['checkpoint']} {_fmt(r['sft_over_rl'], '.1f', 'RL did not move')}" for r in rows]
-        ratios = [r["sft_over_rl"] for r in rows if r["sft_over_rl"] is not None]
-        more = all(r["sft_norm"] > r["rl_norm"] for r in rows)
-        verdict = "SFT moves the weights more than RL in every stage" if more else "SFT does not move the weights more than RL everywhere"
-        if ratios:
-            where = "within" if lo <= min(ratios) and max(ratios) <= hi else "outside"
-            verdict += f"; the finite ratios ({min(ratios):.1f}-{max(ratios):.1f}) lie {where} the study's range"
-        else:
-            verdict += "; no RL phase moved the weights at all, so there is no finite ratio"
-        lines.append(f"- **F5** (SFT displaces parameters {lo}-{hi}x more than RL): SFT/RL norm ratio {'; '.join(parts)}. "
-                     f"{verdict}.")
+        lines.append(f"- **F5** (SFT displaces parameters more than RL; the study: {lo}-{hi}x): the L2 norm of the SFT "
+                     f"phase's total parameter change over the RL phase's, per cold-started stage: {'; '.join(parts)}.")
     else:
         lines.append("- **F5**: no stage kept a cold-start model here, so SFT and RL cannot be told apart.")
+    if directions is not None:
+        un = directions["unrelated_single_domain_sft"]
+        lines.append(f"- **F4**, the study's quantity: the same SFT mixture from the base and from the sequential "
+                     f"endpoint, cosine {_fmt(directions['same_sft_from_base_vs_seq_final'])} (study "
+                     f"{study['cosine_same_sft_from_base_vs_seq_endpoint']:.2f}); {un['kind']} updates of unrelated "
+                     f"domains, mean cosine {_fmt(un['mean'])} over {len(un['pairs'])} pair(s) "
+                     f"(study {study['cosine_unrelated_sft_tasks']:.2f}).")
+    else:
+        lines.append(f"- **F4**, the study's quantity (the same SFT mixture from the base and from the sequential "
+                     f"endpoint, cosine {study['cosine_same_sft_from_base_vs_seq_endpoint']:.2f}; unrelated SFT "
+                     f"tasks, {study['cosine_unrelated_sft_tasks']:.2f}) is the SDFT step's update-direction check: "
+                     "not on disk for this seed yet.")
     same, cross = cos.get("same_domain_update_vs_oracle"), cos.get("unrelated_oracles")
     if same is not None:
-        lines.append(f"- A stage's own update vs its domain's oracle vector: mean cosine {same:.2f} over {cos['n_same']} "
-                     f"stage(s) (study {study['cosine_same_sft_from_base_vs_seq_endpoint']:.2f}): each stage moves "
-                     + ("toward its oracle without aligning with it." if 0 < same < 0.95 else
-                        ("in its oracle's direction." if same >= 0.95 else "away from its oracle.")))
-    else:
-        lines.append("- A stage's update vs its oracle: needs the oracles of the stages after the first (notebook 05).")
+        lines.append(f"- A stage's own update vs its domain's oracle vector: mean cosine {same:.2f} over "
+                     f"{cos['n_same']} stage(s); the study reports no figure for this quantity.")
     if cross is not None:
-        lines.append(f"- **F4** (unrelated task vectors nearly orthogonal): mean cosine between different oracles' task "
-                     f"vectors {cross:.2f} over {cos['n_unrelated']} pair(s) (study {study['cosine_unrelated_sft_tasks']:.2f}): "
-                     + ("nearly orthogonal, as in the study." if abs(cross) < 0.1 else
-                        "not nearly orthogonal here; the oracles share part of their direction."))
-    else:
-        lines.append("- **F4**: needs at least two oracles of different domains (notebook 05).")
+        lines.append(f"- The oracles' task vectors, pairwise: mean cosine {cross:.2f} over {cos['n_unrelated']} "
+                     "pair(s), how far single-task updates are aligned (the study: only partly; it gives no figure).")
     if diag["missing"]:
         lines.append(f"- Not in this reading (missing runs): {', '.join(m['checkpoint'] for m in diag['missing'])}.")
     return f"**Weights, {profile} seed {seed}**\n\n" + "\n".join(lines)
@@ -195,7 +198,8 @@ def weights_reading(diag: dict, cos: dict, study: dict, profile: str, seed: int)
 
 
 def decile_figure(summary: dict):
-    """Top-1 consistency per reference-entropy decile, one line per scoring checkpoint."""
+    """Per reference-entropy decile, the share of positions where a checkpoint still ranks the rollout's token
+    first, one line per scoring checkpoint."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -204,8 +208,8 @@ def decile_figure(summary: dict):
     for name, s in summary["checkpoints"].items():
         fig.add_trace(go.Scatter(x=x, y=[None if v is None else 100 * v for v in s["by_decile"]],
                                  mode="lines+markers", name=name))
-    fig.update_layout(title=f"Top-1 consistency with {summary['reference']} by reference-entropy decile (nats)",
-                      yaxis={"range": [0, 102], "title": "% of positions whose top-1 is unchanged"}, height=420)
+    fig.update_layout(title=f"{summary['reference']}'s rollout token still ranked first, by reference-entropy decile "
+                            "(nats)", yaxis={"range": [0, 102], "title": "% of positions"}, height=420)
     return fig
 
 
@@ -218,9 +222,12 @@ def entropy_split_figure(summary: dict, study: dict | None = None):
     cs = summary["checkpoints"]
     pct = lambda v: None if v is None else 100 * v  # noqa: E731
     fig = make_subplots(rows=1, cols=2, subplot_titles=[
-        f"top-1 consistency (threshold {summary['entropy_threshold']:.2f} nats)", "share of changed positions at high entropy"])
-    fig.add_trace(go.Bar(x=names, y=[pct(cs[n]["low_entropy_stable"]) for n in names], name="low entropy"), row=1, col=1)
-    fig.add_trace(go.Bar(x=names, y=[pct(cs[n]["high_entropy_consistency"]) for n in names], name="high entropy"), row=1, col=1)
+        f"rollout's token still first (threshold {summary['entropy_threshold']:.2f} nats)",
+        "share of changed positions at high entropy"])
+    fig.add_trace(go.Bar(x=names, y=[pct(cs[n]["low_entropy_stable"]) for n in names], name="low entropy"),
+                  row=1, col=1)
+    fig.add_trace(go.Bar(x=names, y=[pct(cs[n]["high_entropy_consistency"]) for n in names], name="high entropy"),
+                  row=1, col=1)
     fig.add_trace(go.Bar(x=names, y=[pct(cs[n]["changed_share_in_high_entropy"]) for n in names],
                          name="changes at high entropy", showlegend=False), row=1, col=2)
     if study:
@@ -228,48 +235,45 @@ def entropy_split_figure(summary: dict, study: dict | None = None):
                       annotation_text="study: low-entropy stable")
     share = summary.get("high_entropy_fraction")
     if share is not None:
-        fig.add_hline(y=100 * share, line_dash="dot", row=1, col=2, annotation_text="share of positions that are high-entropy")
+        fig.add_hline(y=100 * share, line_dash="dot", row=1, col=2,
+                      annotation_text="share of positions that are high-entropy")
     fig.update_yaxes(range=[0, 102])
     fig.update_layout(barmode="group", height=400, title="Where the top-1 changes")
     return fig
 
 
 def tokens_reading(summary: dict, study: dict, profile: str, seed: int) -> str:
-    """Markdown: the study's F3 (low-entropy positions stay stable, changes concentrate at high entropy) on this run."""
+    """Markdown: what this run's token diagnostics measure for F3 (low-entropy positions keep the rollout's token;
+    the changes concentrate at high entropy), beside the study's 94% and 6%. Measurements only: the verdict is
+    ``acl_lib.findings``' F3 rule."""
     cs = summary["checkpoints"]
     if not cs:
-        return f"**Tokens, {profile} seed {seed}**\n\n- No later checkpoint to score yet (run notebooks 02-04)."
+        return f"**Tokens, {profile} seed {seed}**\n\n- No later checkpoint to score yet (run the later stages first)."
     hi_share = summary["high_entropy_fraction"]
     lines = [f"- {summary['positions']} assistant positions in {summary['episodes']} reference episodes of "
-             f"{summary['reference']}; {100 * hi_share:.1f}% are high-entropy (above {summary['entropy_threshold']:.2f} nats)."]
-    concentrated = []
+             f"{summary['reference']}; {100 * hi_share:.1f}% lie above the fixed threshold of "
+             f"{summary['entropy_threshold']:.2f} nats (the study: "
+             f"~{100 * study['high_entropy_positions_fraction']:.0f}% high-entropy positions)."]
+    own = summary.get("reference_consistency") or {}
+    if own.get("consistency") is not None and own["consistency"] < 1:
+        lines.append(f"- The reference itself ranks its rollout's token first at {100 * own['consistency']:.1f}% of "
+                     "the positions (it sampled the others).")
     for name, s in cs.items():
         conc = s["changed_share_in_high_entropy"]
-        stable = f"{100 * s['low_entropy_stable']:.1f}% of low-entropy positions keep their top-1 " \
-                 f"(study {100 * study['low_entropy_positions_stable_fraction']:.0f}%)"
+        stable = (f"{_fmt(None if s['low_entropy_stable'] is None else 100 * s['low_entropy_stable'], '.1f')}% of "
+                  f"low-entropy positions still rank the rollout's token first "
+                  f"(study {100 * study['low_entropy_positions_stable_fraction']:.0f}%)")
         if conc is None:
-            lines.append(f"- **{name}**: {stable}; no position changed its top-1.")
+            lines.append(f"- **{name}**: {stable}; no position changed.")
             continue
         ratio = conc / hi_share if hi_share else None
-        concentrated.append(ratio is not None and ratio > 2)
-        lines.append(f"- **{name}**: {stable}; {100 * conc:.1f}% of its {s['changed_positions']} changes sit at high "
-                     f"entropy ({_fmt(ratio, '.1f')}x the high-entropy share of positions"
-                     + ("; the changes concentrate there)." if ratio and ratio > 2 else "; no concentration)."))
-    stable = [s["low_entropy_stable"] for s in cs.values() if s["low_entropy_stable"] is not None]
-    lowest, top = [], []
-    for s in cs.values():
-        if s["by_decile"][0] is not None and s["by_decile"][-1] is not None:
-            lowest.append(s["by_decile"][0])
-            top.append(s["by_decile"][-1])
-    is_stable = bool(stable) and min(stable) >= study["low_entropy_positions_stable_fraction"] - 0.05
-    halves = ["low-entropy positions stay stable, as in the study" if is_stable else
-              "low-entropy positions change too, unlike the study"]
-    if concentrated:
-        halves.append("the changes concentrate at high entropy, as in the study" if all(concentrated) else
-                      "the changes do not concentrate at high entropy" + (" for every checkpoint" if any(concentrated) else ""))
-    lines.append("- **F3** (low-entropy positions stay stable; changes concentrate at high entropy): " + "; ".join(halves)
-                 + "." + (f" Lowest-entropy decile {100 * min(lowest):.0f}-{100 * max(lowest):.0f}% consistent, highest "
-                          f"{100 * min(top):.0f}-{100 * max(top):.0f}%." if lowest else ""))
+        lines.append(f"- **{name}**: {stable}; {100 * conc:.1f}% of its {s['changed_positions']} changed positions are "
+                     f"high-entropy, {_fmt(ratio, '.1f')}x their share of all positions.")
+    lowest = [s["by_decile"][0] for s in cs.values() if s["by_decile"][0] is not None]
+    top = [s["by_decile"][-1] for s in cs.values() if s["by_decile"][-1] is not None]
+    if lowest and top:
+        lines.append(f"- Lowest-entropy decile {100 * min(lowest):.0f}-{100 * max(lowest):.0f}% consistent, highest "
+                     f"{100 * min(top):.0f}-{100 * max(top):.0f}%.")
     if summary.get("missing"):
         lines.append(f"- Not scored (missing runs): {', '.join(summary['missing'])}.")
     return f"**Tokens, {profile} seed {seed}**\n\n" + "\n".join(lines)

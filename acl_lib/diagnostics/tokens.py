@@ -2,7 +2,7 @@
 
     ref = build_reference(cfg, n_per_benchmark=16)          # run diagnostics/reference: saved once
     scores = score_reference(ref_rollouts(ref), {"seq_math": dir0, "seq_search": dir1, ...}, reference="seq_math")
-    summary = consistency_summary(scores, high_entropy_share=0.06)
+    summary = consistency_summary(scores, threshold=cfg.diagnostics.entropy_threshold)
 
 **Reference rollouts.** The first stage's checkpoint (``seq_math`` in the study's order) answers a fixed set
 of prompts from every domain; whole episodes for the tool worlds (tool outputs and the simulated user
@@ -14,10 +14,15 @@ schemas, so a later re-scoring of ``seq_math`` with other ``eval`` settings does
 the template marks what the assistant wrote with ``{% generation %}``) and every checkpoint reads it with
 teacher forcing. At each assistant token (system, user and tool tokens excluded) we record the reference
 model's predictive entropy (nats) and its top-1 token, and each scoring checkpoint's top-1 token. A position
-is *consistent* for a checkpoint when its top-1 equals the reference model's top-1 there (for greedy
-rollouts, as in the mini profile, that is the token the reference wrote). The study: about 94% of
-low-entropy positions keep their top-1 across stages, and the changes concentrate in the ~6% of positions
-with high entropy.
+is *consistent* for a checkpoint when the checkpoint still ranks **the rollout's own token** first, the token
+the reference wrote there, as the study records "whether Seq-Math's original token is still ranked first".
+(The reference's own top-1 is that token only where it decoded greedily; the paper profile samples at 0.6, so
+the summary also gives the reference's own consistency with its rollout.)
+
+**High entropy** is a fixed threshold in nats, the config's ``diagnostics.entropy_threshold``, the same for every
+profile: the share of positions above it is *measured* and shown beside the study's ~6%, never chosen to match
+it. The study: about 94% of low-entropy positions keep their token across stages, and the changes concentrate in
+the ~6% of positions with high entropy.
 """
 
 from __future__ import annotations
@@ -32,6 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
+from acl_lib.atomic import atomic_write_text
+from acl_lib.diagnostics.weights import _progress
+from acl_lib.envs import BENCHMARKS, IN_DOMAIN
+from acl_lib.eval.harness import benchmark_size, eval_device, world
+from acl_lib.pipeline import sequential_run
+from acl_lib.runs import Run, run_once
+
 REFERENCE_RUN = "diagnostics/reference"
 ROLLOUTS = "rollouts.jsonl"
 
@@ -41,14 +53,10 @@ ROLLOUTS = "rollouts.jsonl"
 
 def reference_source(cfg):
     """The run whose checkpoint wrote the reference rollouts: stage 1 of the curriculum (``seq_math``)."""
-    from acl_lib.pipeline import sequential_run
-
     return sequential_run(cfg, 1)
 
 
 def reference_run(cfg, n_per_benchmark: int, benchmarks: list[str]):
-    from acl_lib.runs import Run
-
     return Run(cfg, REFERENCE_RUN, sections=("worlds",), inputs=[reference_source(cfg)],
                extra={"n_per_benchmark": int(n_per_benchmark), "benchmarks": list(benchmarks)})
 
@@ -57,18 +65,14 @@ def build_reference(cfg, n_per_benchmark: int, benchmarks: list[str] | None = No
     """The reference rollouts as a run of the run store (``<seed_dir>/diagnostics/reference/rollouts.jsonl``),
     skipped when complete. ``benchmarks`` defaults to the in-domain benchmark of every domain. Raises naming
     what is missing when the source checkpoint or its evaluation records are not there."""
-    from acl_lib.envs import BENCHMARKS, IN_DOMAIN
-    from acl_lib.eval.harness import benchmark_size, world
-    from acl_lib.runs import run_once
-
     benchmarks = list(benchmarks or IN_DOMAIN.values())
     unknown = [b for b in benchmarks if b not in BENCHMARKS]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; benchmarks are {list(BENCHMARKS)}")
     source = reference_source(cfg)
     if not source.is_complete():
-        raise FileNotFoundError(f"the reference rollouts are {source.name}'s: that run is not complete ({source.path}); "
-                                "run notebook 01 first")
+        raise FileNotFoundError(f"the reference rollouts are {source.name}'s: that run is not complete "
+                                f"({source.path}); run notebook 01 first")
     records = source.path / "eval" / "records"
     absent = [b for b in benchmarks if not (records / f"{b}.jsonl").is_file()]
     if absent:
@@ -87,8 +91,6 @@ def build_reference(cfg, n_per_benchmark: int, benchmarks: list[str] | None = No
                 task = tasks.get(r["id"])
                 rows.append({"benchmark": key, "id": r["id"], "reward": r.get("reward"),
                              "tools": task.tools if task is not None else [], "messages": r["messages"]})
-        from acl_lib.atomic import atomic_write_text
-
         atomic_write_text(run.path / ROLLOUTS, "".join(json.dumps(row) + "\n" for row in rows))
         run.write_json("reference.json", {"source": source.name, "model": str(source.path / "model"),
                                           "episodes": len(rows), "benchmarks": benchmarks,
@@ -160,8 +162,9 @@ def mask_template(tokenizer) -> str | None:
     else:
         why = ""
     if not template or not _GENERATION.search(template):
-        raise ValueError("the tokenizer's chat template does not mark assistant turns with {% generation %} and TRL has "
-                         f"no training variant of it{why}: the token diagnostics cannot tell assistant tokens apart")
+        raise ValueError("the tokenizer's chat template does not mark assistant turns with {% generation %} and TRL "
+                         f"has no training variant of it{why}: the token diagnostics cannot tell assistant tokens "
+                         "apart")
     return template
 
 
@@ -230,8 +233,6 @@ def score_reference(episodes: list[dict], models: Mapping[str, str], reference: 
     tokenizer vocabulary (they descend from one base)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from acl_lib.eval.harness import eval_device
-
     if reference not in models:
         raise KeyError(f"the reference checkpoint {reference!r} is not among {list(models)}")
     for name, d in models.items():
@@ -247,14 +248,13 @@ def score_reference(episodes: list[dict], models: Mapping[str, str], reference: 
     pos = np.concatenate([[t for t, m in enumerate(mk) if m and t > 0] for _, mk in encoded]).astype(np.int64)
     token = np.array([encoded[e][0][p] for e, p in zip(episode, pos)], dtype=np.int64)
     order = [reference] + [n for n in models if n != reference]
-    from acl_lib.diagnostics.weights import _progress
-
     top1, ref_entropy = {}, None
     with _progress(progress, len(order), "tokens: teacher forcing", "checkpoint") as bar:
         for name in order:
             model = _load_model(str(models[name]), dtype, dev)
             if model.config.vocab_size < len(tok):
-                raise ValueError(f"checkpoint {name}: vocabulary {model.config.vocab_size} < the reference's {len(tok)}")
+                raise ValueError(f"checkpoint {name}: vocabulary {model.config.vocab_size} < the reference's "
+                                 f"{len(tok)}")
             t1, ent = _forward_positions(model, encoded, batch_size, pad, dev, want_entropy=name == reference)
             top1[name] = t1
             if ent is not None:
@@ -268,16 +268,6 @@ def score_reference(episodes: list[dict], models: Mapping[str, str], reference: 
 # --- summaries ---------------------------------------------------------------------------------------------
 
 
-def entropy_threshold_of(scores: TokenScores, high_entropy_share: float = 0.06, threshold: float | None = None) -> float:
-    """The entropy (nats) above which a position counts as high-entropy: ``threshold`` when given, else the
-    ``1 - high_entropy_share`` quantile of the reference entropies (the study's ~6% high-entropy minority)."""
-    if threshold is not None:
-        return float(threshold)
-    if not 0 < high_entropy_share < 1:
-        raise ValueError(f"high_entropy_share must be in (0, 1), got {high_entropy_share}")
-    return float(np.quantile(scores.ref_entropy, 1 - high_entropy_share)) if scores.positions else 0.0
-
-
 def deciles(values: np.ndarray, buckets: int = 10) -> np.ndarray:
     """Equal-count bucket (0 .. buckets-1) of each value by rank, ties broken by position (so a model with many
     near-zero entropies still gets ten buckets of one size)."""
@@ -286,69 +276,86 @@ def deciles(values: np.ndarray, buckets: int = 10) -> np.ndarray:
     return (ranks * buckets) // max(values.size, 1)
 
 
-def consistency_summary(scores: TokenScores, high_entropy_share: float = 0.06, threshold: float | None = None,
-                        buckets: int = 10) -> dict:
-    """Per scoring checkpoint: top-1 consistency overall, at low- and high-entropy positions and per entropy
-    decile and benchmark; the fraction of low-entropy positions that stay stable; the share of all changed
-    positions that sit in the high-entropy minority. Fractions in [0, 1]."""
-    thr = entropy_threshold_of(scores, high_entropy_share, threshold)
+def _consistency(same: np.ndarray, high: np.ndarray, dec: np.ndarray, bench: np.ndarray, buckets: int,
+                 benchmarks: list[str]) -> dict:
+    """One checkpoint's consistency (``same[i]``: it ranks the rollout's token first at position i)."""
+    changed = ~same
+
+    def frac(sel):
+        return float(same[sel].mean()) if sel.any() else None
+
+    return {
+        "consistency": float(same.mean()) if same.size else None,
+        "low_entropy_stable": frac(~high),
+        "high_entropy_consistency": frac(high),
+        "changed_positions": int(changed.sum()),
+        "changed_share_in_high_entropy": float((changed & high).sum() / changed.sum()) if changed.any() else None,
+        "by_decile": [frac(dec == b) for b in range(buckets)],
+        "by_benchmark": {b: frac(bench == b) for b in dict.fromkeys(benchmarks)},
+    }
+
+
+def consistency_summary(scores: TokenScores, threshold: float, buckets: int = 10) -> dict:
+    """Per scoring checkpoint: the share of positions where it still ranks the rollout's token first, overall,
+    at low- and high-entropy positions (reference entropy at or below / above ``threshold`` nats), per entropy
+    decile and per benchmark; the share of its changed positions that are high-entropy. Beside them the measured
+    share of positions above the threshold (``high_entropy_fraction``, the study's ~6%) and the same figures
+    for the reference itself (``reference_consistency``: below 1 where it sampled). Fractions in [0, 1]."""
+    if threshold is None or not threshold >= 0:
+        raise ValueError(f"the entropy threshold is a number of nats >= 0, got {threshold}")
+    thr = float(threshold)
     high = scores.ref_entropy > thr
     dec = deciles(scores.ref_entropy, buckets)
     bench = np.array([scores.benchmarks[e] for e in scores.episode]) if scores.positions else np.array([])
     edges = [[float(scores.ref_entropy[dec == b].min()), float(scores.ref_entropy[dec == b].max())]
              if (dec == b).any() else [None, None] for b in range(buckets)]
-    out = {"reference": scores.reference, "positions": scores.positions, "entropy_threshold": thr,
-           "high_entropy_positions": int(high.sum()), "high_entropy_fraction": float(high.mean()) if high.size else None,
-           "decile_entropy_range": edges, "reference_self_consistency": float((scores.ref_top1 == scores.token).mean())
-           if scores.positions else None, "checkpoints": {}}
-    for name, t1 in scores.top1.items():
-        same = t1 == scores.ref_top1
-        changed = ~same
-
-        def frac(sel):
-            return float(same[sel].mean()) if sel.any() else None
-
-        out["checkpoints"][name] = {
-            "consistency": float(same.mean()) if same.size else None,
-            "low_entropy_stable": frac(~high),
-            "high_entropy_consistency": frac(high),
-            "changed_positions": int(changed.sum()),
-            "changed_share_in_high_entropy": float((changed & high).sum() / changed.sum()) if changed.any() else None,
-            "by_decile": [frac(dec == b) for b in range(buckets)],
-            "by_benchmark": {b: frac(bench == b) for b in dict.fromkeys(scores.benchmarks)},
-        }
-    return out
+    args = (high, dec, bench, buckets, scores.benchmarks)
+    return {"reference": scores.reference, "positions": scores.positions, "consistency_against": "rollout token",
+            "entropy_threshold": thr, "threshold_rule": "fixed (nats)",
+            "high_entropy_positions": int(high.sum()), "low_entropy_positions": int((~high).sum()),
+            "high_entropy_fraction": float(high.mean()) if high.size else None,
+            "decile_entropy_range": edges,
+            "reference_self_consistency": float((scores.ref_top1 == scores.token).mean()) if scores.positions else None,
+            "reference_consistency": _consistency(scores.ref_top1 == scores.token, *args),
+            "checkpoints": {name: _consistency(t1 == scores.token, *args) for name, t1 in scores.top1.items()}}
 
 
 def summary_frame(summary: dict, study: Mapping | None = None):
-    """DataFrame, one row per scoring checkpoint: consistency, low-entropy stability, high-entropy consistency,
-    share of changes at high entropy (percent); with ``study`` (``paper_results()["diagnostics"]``), a row of
-    the study's figures."""
+    """DataFrame, one row per scoring checkpoint (and the reference itself, against its own rollout): the share of
+    positions that still rank the rollout's token first, overall, at low and at high entropy, the changed
+    positions and the share of them at high entropy, and the measured share of positions above the threshold
+    (percent); with ``study`` (``paper_results()["diagnostics"]``), a row of the study's figures."""
     import pandas as pd
 
+    pct = lambda x: None if x is None else 100 * x  # noqa: E731
+    above = pct(summary.get("high_entropy_fraction"))
     rows = []
-    for name, s in summary["checkpoints"].items():
-        pct = lambda x: None if x is None else 100 * x  # noqa: E731
+    own = {f"{summary['reference']} (reference)": summary["reference_consistency"]} \
+        if summary.get("reference_consistency") else {}
+    for name, s in {**own, **summary["checkpoints"]}.items():
         rows.append({"checkpoint": name, "top-1 consistency %": pct(s["consistency"]),
                      "low-entropy stable %": pct(s["low_entropy_stable"]),
                      "high-entropy consistency %": pct(s["high_entropy_consistency"]),
                      "changed positions": s["changed_positions"],
-                     "changes at high entropy %": pct(s["changed_share_in_high_entropy"])})
+                     "changes at high entropy %": pct(s["changed_share_in_high_entropy"]),
+                     "positions above threshold %": above})
     if study:
-        rows.append({"checkpoint": "study", "low-entropy stable %": 100 * study["low_entropy_positions_stable_fraction"],
-                     "changes at high entropy %": None})
+        rows.append({"checkpoint": "study",
+                     "low-entropy stable %": 100 * study["low_entropy_positions_stable_fraction"],
+                     "changes at high entropy %": None,
+                     "positions above threshold %": 100 * study["high_entropy_positions_fraction"]})
     cols = ["checkpoint", "top-1 consistency %", "low-entropy stable %", "high-entropy consistency %",
-            "changed positions", "changes at high entropy %"]
+            "changed positions", "changes at high entropy %", "positions above threshold %"]
     frame = pd.DataFrame(rows, columns=cols).set_index("checkpoint")
     return frame.astype({"changed positions": "Int64"})
 
 
 def changed_examples(scores: TokenScores, tokenizer, checkpoint: str, n: int = 4, context: int = 24) -> list[dict]:
-    """Up to ``n`` positions (from different episodes, highest reference entropy first) where ``checkpoint``'s
-    top-1 differs from the reference's: the decoded context before it, the reference's and the checkpoint's
-    top-1 tokens, the rollout's token and the entropy."""
+    """Up to ``n`` positions (from different episodes, highest reference entropy first) where ``checkpoint`` no
+    longer ranks the rollout's token first: the decoded context before it, the rollout's token, the reference's
+    and the checkpoint's top-1 tokens and the entropy."""
     t1 = scores.top1[checkpoint]
-    idx = np.flatnonzero(t1 != scores.ref_top1)
+    idx = np.flatnonzero(t1 != scores.token)
     idx = idx[np.argsort(-scores.ref_entropy[idx], kind="stable")]
     out, seen = [], set()
     for i in idx:
@@ -373,7 +380,7 @@ def examples_markdown(examples: list[dict]) -> str:
     """The examples of :func:`changed_examples` as a Markdown table (strings shown as Python literals, so
     newlines and spaces are visible)."""
     if not examples:
-        return "*No position changed its top-1.*"
+        return "*At every position the checkpoint still ranks the rollout's token first.*"
 
     def lit(s: str) -> str:
         return "`" + repr(s).replace("|", "\\|").replace("`", "'") + "`"
@@ -386,15 +393,17 @@ def examples_markdown(examples: list[dict]) -> str:
     return "\n".join(lines)
 
 
-# --- notebook 07 in one call -------------------------------------------------------------------------------
+# --- the token diagnostics in one call -------------------------------------------------------------------------
 
 
 def token_diagnostics(cfg, found, scorers: list[str], n_per_benchmark: int, benchmarks: list[str] | None = None,
-                      high_entropy_share: float = 0.06, threshold: float | None = None, batch_size: int = 8,
-                      max_tokens: int = 4096, progress: bool = True) -> tuple[dict, TokenScores]:
+                      batch_size: int = 8, max_tokens: int = 4096,
+                      progress: bool = True) -> tuple[dict, TokenScores]:
     """Build (or reuse) the reference rollouts, teacher-force them through the reference and every present
-    checkpoint of ``scorers`` and summarise. Checkpoints of ``scorers`` that are missing are listed in the
-    summary's ``missing``, not scored. Returns ``(summary, scores)``."""
+    checkpoint of ``scorers`` and summarise (:func:`consistency_summary` at ``cfg.diagnostics.entropy_threshold``
+    nats). Checkpoints of
+    ``scorers`` that are missing are listed in the summary's ``missing``, not scored. Returns
+    ``(summary, scores)``."""
     ref_run = build_reference(cfg, n_per_benchmark, benchmarks)
     source = reference_source(cfg).name
     present = {c.name: c.model for c in found.present()}
@@ -407,9 +416,8 @@ def token_diagnostics(cfg, found, scorers: list[str], n_per_benchmark: int, benc
     episodes = ref_rollouts(ref_run)
     scores = score_reference(episodes, models, source, batch_size=batch_size, max_tokens=max_tokens,
                              dtype=cfg.model.dtype, progress=progress)
-    summary = consistency_summary(scores, high_entropy_share, threshold)
+    summary = consistency_summary(scores, cfg.diagnostics.entropy_threshold)
     summary["missing"] = [s for s in scorers if s not in present]
     summary["episodes"] = len(episodes)
     summary["benchmarks"] = list(dict.fromkeys(ep["benchmark"] for ep in episodes))
-    summary["high_entropy_share_asked"] = high_entropy_share if threshold is None else None
     return summary, scores

@@ -30,6 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
+from acl_lib.progress import Progress
+
+# Where the SDFT step writes the study's update-direction check (the same SFT mixture from the base and from the
+# sequential endpoint: cosine 0.77 in the study; unrelated SFT tasks: 0.05), relative to a seed directory. It is
+# written by ``acl_lib.consolidate.sdft.directions`` with this module's Gram and read here and by the findings from
+# disk: the diagnostics and the consolidations are steps of one layer and do not import each other.
+UPDATE_DIRECTIONS = "sdft_directions/directions.json"
 BLOCK_ELEMENTS = 1 << 22  # elements per checkpoint held at once (32 MiB as float64): larger tensors go by row blocks
 MODULE_TYPES = ("embeddings", "attention", "mlp", "norm", "other")
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -136,8 +143,6 @@ def _progress(show: bool, total: int, desc: str, unit: str):
     if not show:
         yield _NoProgress()
         return
-    from acl_lib.progress import Progress
-
     with Progress(total, desc, unit=unit) as bar:
         yield bar
 
@@ -228,6 +233,14 @@ class Gram:
                 "explained": [float(x / total) if total > 0 else 0.0 for x in lam[:components]]}
 
 
+def _row_block(tensor_slice, lo: int, hi: int, shape):
+    """Rows ``lo:hi`` of a safetensors slice (the whole tensor for a scalar), as a flat float64 tensor."""
+    import torch
+
+    t = tensor_slice[lo:hi] if shape else tensor_slice[:]
+    return t.to(torch.float64).reshape(-1)
+
+
 def streamed_gram(models: Mapping[str, str | Path], base: str, block_elements: int = BLOCK_ELEMENTS,
                   progress: bool = True) -> Gram:
     """One pass over the checkpoints' safetensors files, tensor by tensor (row blocks of at most
@@ -249,7 +262,8 @@ def streamed_gram(models: Mapping[str, str | Path], base: str, block_elements: i
     for n in names[1:]:
         absent = sorted(set(tensors) - set(indexes[n]))
         if absent:
-            raise ValueError(f"checkpoint {n} ({models[n]}) lacks {len(absent)} tensor(s) of the base, e.g. {absent[:3]}")
+            raise ValueError(f"checkpoint {n} ({models[n]}) lacks {len(absent)} tensor(s) of the base, "
+                             f"e.g. {absent[:3]}")
     readers = {n: _Readers(indexes[n]) for n in names}
     k = len(names)
     grams: dict[str, np.ndarray] = {}
@@ -261,23 +275,19 @@ def streamed_gram(models: Mapping[str, str | Path], base: str, block_elements: i
             shape = slices[base].get_shape()
             for n in names[1:]:
                 if slices[n].get_shape() != shape:
-                    raise ValueError(f"checkpoint {n}: tensor {name} has shape {slices[n].get_shape()}, the base {shape}")
+                    raise ValueError(f"checkpoint {n}: tensor {name} has shape {slices[n].get_shape()}, "
+                                     f"the base {shape}")
             rows = shape[0] if shape else 1
             per_row = max(1, int(np.prod(shape[1:])) if len(shape) > 1 else 1)
             step = max(1, block_elements // per_row)
             G = np.zeros((k, k))
             for lo in range(0, rows, step):
                 hi = min(rows, lo + step)
-
-                def block(n):
-                    t = slices[n][lo:hi] if shape else slices[n][:]
-                    return t.to(torch.float64).reshape(-1)
-
-                b = block(base)
+                b = _row_block(slices[base], lo, hi, shape)
                 X = torch.empty((k, b.numel()), dtype=torch.float64)
                 X[0] = b
                 for i, n in enumerate(names[1:], start=1):
-                    X[i] = block(n) - b
+                    X[i] = _row_block(slices[n], lo, hi, shape) - b
                 G += (X @ X.T).numpy()
             numel = int(np.prod(shape)) if shape else 1
             for g in groups_of(name):
@@ -287,7 +297,7 @@ def streamed_gram(models: Mapping[str, str | Path], base: str, block_elements: i
     return Gram(names, base, grams, sizes)
 
 
-def dense_gram(state_dicts: Mapping[str, Mapping[str, "object"]], base: str) -> Gram:
+def dense_gram(state_dicts: Mapping[str, Mapping[str, object]], base: str) -> Gram:
     """The same Gram from in-memory state dicts (``{name: {tensor: torch.Tensor}}``), whole models at once: the
     reference the streamed computation is tested against."""
     import torch
@@ -336,7 +346,7 @@ def weight_change(before: str | Path, after: str | Path, progress: bool = False)
     return gram.norm(update("after", "before")), gram.norm(weights("before"))
 
 
-# --- the diagnostics of notebook 06 ------------------------------------------------------------------------
+# --- the weight diagnostics in one call ----------------------------------------------------------------------
 
 
 def gram_for(found, progress: bool = True, block_elements: int = BLOCK_ELEMENTS) -> Gram:
@@ -435,8 +445,8 @@ def breakdown_rows(gram: Gram, found) -> list[dict]:
 
 
 def weight_diagnostics(found, progress: bool = True) -> dict:
-    """Everything notebook 06 shows, as a JSON-able dict: per-stage rows, the PCA, the cosine matrix, SFT vs
-    RL, the per-group breakdown, the base's weight norm, which checkpoints were present and which missing."""
+    """Everything the weight diagnostics show, as a JSON-able dict: per-stage rows, the PCA, the cosine matrix,
+    SFT vs RL, the per-group breakdown, the base's weight norm, which checkpoints were present and which missing."""
     gram = gram_for(found, progress=progress)
     vecs = vector_set(found)
     pca_vecs = {c.name: task_vector(c.name) for c in found.present(("seq", "oracle", "extra"))}
@@ -456,10 +466,20 @@ def weight_diagnostics(found, progress: bool = True) -> dict:
     }
 
 
+def read_update_directions(seed_dir: str | Path) -> dict | None:
+    """The SDFT step's update-direction check of a seed (:data:`UPDATE_DIRECTIONS`), None until it has run:
+    ``same_sft_from_base_vs_seq_final`` (the quantity the study's 0.77 belongs to) and
+    ``unrelated_single_domain_sft`` (``kind``, ``pairs``, ``mean``: the study's 0.05)."""
+    path = Path(seed_dir) / UPDATE_DIRECTIONS
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def cosine_summary(diag: dict) -> dict:
-    """The two cosines the study reports, read from ``weight_diagnostics``: the mean cosine of a sequential
-    stage's own update with its domain's oracle vector (study 0.77), and the mean cosine between the task vectors
-    of oracles of different domains (study 0.05, nearly orthogonal)."""
+    """Two cosines of this run's own checkpoints, read from ``weight_diagnostics``: the mean cosine of a
+    sequential stage's own update with its domain's oracle vector, and the mean cosine between the task vectors of
+    oracles of different domains. Neither is a quantity the study reports a figure for (its 0.77 and 0.05 are the
+    SDFT step's update directions, :func:`read_update_directions`): they show how far the task updates are
+    aligned."""
     labels, M = diag["cosine"]["labels"], diag["cosine"]["matrix"]
     same = [r["cos_update_vs_oracle"] for r in diag["stages"]
             if r["kind"] == "seq" and r["cos_update_vs_oracle"] is not None and not r["starts_from_base"]]

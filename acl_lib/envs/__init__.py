@@ -1,8 +1,10 @@
-"""Domains and the benchmark registry.
+"""The environments and the benchmark registry.
 
 Every benchmark key of ``paper_results.yaml`` maps to one environment and one of its splits; the mini
-counterparts use the same keys, so every table lines up. Environment modules are imported lazily (some
-build corpora or indexes on construction).
+counterparts use the same keys, so every table lines up. Which domain each environment and benchmark belongs to
+is the study's table in ``acl_lib.domains``; ``STAGE_ENV``, ``IN_DOMAIN`` and ``BENCHMARKS`` are views of it.
+Environment modules are imported lazily (``ENVIRONMENTS``, a registry of ``"module:Class"``: some build corpora
+or indexes on construction).
 
 Modules: ``base`` (Task, Episode, Environment, tool-call plumbing); one environment per domain:
 ``math`` (+ ``mcq``), ``search`` (+ ``retrievers``), ``instruct`` (+ ``ifeval_checks``, ``instruct_ood``),
@@ -17,6 +19,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+from acl_lib import domains
+
 # environment name -> "module:Class"
 ENVIRONMENTS = {
     "math": "acl_lib.envs.math:MathEnv",
@@ -27,8 +31,9 @@ ENVIRONMENTS = {
     "telecom": "acl_lib.envs.telecom:TelecomEnv",
 }
 
-# training stage (config.DOMAINS) -> environment name
-STAGE_ENV = {"math": "math", "search": "search", "ecom": "retail", "if": "instruct"}
+# The study's names for its domains live in acl_lib.domains; these are views of that table.
+STAGE_ENV = domains.STAGE_ENV  # training stage (config.DOMAINS) -> environment name
+IN_DOMAIN = domains.IN_DOMAIN  # training stage -> its in-domain benchmark
 
 
 @dataclass(frozen=True)
@@ -40,24 +45,28 @@ class Benchmark:
     domain: str  # the stage whose skill it measures: math, search, ecom, if
 
 
-BENCHMARKS: dict[str, Benchmark] = {
-    b.key: b
-    for b in [
-        Benchmark("aime26", "math", "test", "in_domain", "math"),
-        Benchmark("nq", "search", "test", "in_domain", "search"),
-        Benchmark("retail", "retail", "test", "in_domain", "ecom"),
-        Benchmark("ifeval", "instruct", "test", "in_domain", "if"),
-        Benchmark("gpqa", "math", "gpqa", "ood", "math"),
-        Benchmark("mmlu_redux", "math", "mmlu_redux", "ood", "math"),
-        Benchmark("single_hop", "search", "single_hop", "ood", "search"),
-        Benchmark("multi_hop", "search", "multi_hop", "ood", "search"),
-        Benchmark("telecom", "telecom", "test", "ood", "ecom"),
-        Benchmark("mock", "mock", "test", "ood", "ecom"),
-        Benchmark("ifbench", "instruct", "ifbench", "ood", "if"),
-    ]
+# Where each out-of-domain benchmark is played: (environment, split). An in-domain benchmark is the test split of
+# its domain's environment.
+_OOD_PLAYED_ON = {
+    "gpqa": ("math", "gpqa"),
+    "mmlu_redux": ("math", "mmlu_redux"),
+    "single_hop": ("search", "single_hop"),
+    "multi_hop": ("search", "multi_hop"),
+    "telecom": ("telecom", "test"),
+    "mock": ("mock", "test"),
+    "ifbench": ("instruct", "ifbench"),
 }
 
-IN_DOMAIN = {"math": "aime26", "search": "nq", "ecom": "retail", "if": "ifeval"}
+
+def _benchmark(key: str, stage: str) -> Benchmark:
+    d = domains.BY_STAGE[stage]
+    if key == d.in_domain:
+        return Benchmark(key, d.env, "test", "in_domain", stage)
+    return Benchmark(key, *_OOD_PLAYED_ON[key], "ood", stage)
+
+
+# In the tables' order: the in-domain benchmarks in the study's order, then each domain's OOD ones.
+BENCHMARKS: dict[str, Benchmark] = {key: _benchmark(key, stage) for key, stage in domains.BENCHMARK_DOMAIN.items()}
 
 
 def benchmarks_for(suites: str = "all") -> list[Benchmark]:

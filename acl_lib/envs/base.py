@@ -21,8 +21,9 @@ from __future__ import annotations
 import copy
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from acl_lib.chat import ToolCall, ToolCallError, parse_assistant
 
@@ -44,7 +45,7 @@ class Task:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Task":
+    def from_dict(cls, d: dict) -> Task:
         return cls(**d)
 
     def initial_messages(self) -> list[dict]:
@@ -172,7 +173,8 @@ def validate_arguments(schema: dict, args: dict) -> str | None:
             return f"unexpected argument '{name}' (expected: {', '.join(props) or 'none'})"
         want = props[name].get("type")
         if want in _JSON_TYPES:
-            ok = isinstance(value, _JSON_TYPES[want]) and not (want in ("integer", "number") and isinstance(value, bool))
+            ok = (isinstance(value, _JSON_TYPES[want])
+                  and not (want in ("integer", "number") and isinstance(value, bool)))
             if not ok:
                 return f"argument '{name}' must be of type {want}, got {type(value).__name__}"
             if want == "array" and "items" in props[name]:

@@ -373,59 +373,76 @@ _IFEVAL = [
     Verifier("keywords:existence", _keywords_existence, ("keywords",),
              describe=lambda k: f"Include keywords {_kw_list(k['keywords'])} in the response."),
     Verifier("keywords:frequency", _keywords_frequency, ("keyword", "frequency", "relation"), ("relation",),
-             lambda k: f"In your response, the word {k['keyword']} should appear {k['relation']} {k['frequency']} times."),
+             lambda k: f"In your response, the word {k['keyword']} should appear {k['relation']} {k['frequency']} "
+             "times."),
     Verifier("keywords:forbidden_words", _forbidden_words, ("forbidden_words",),
              describe=lambda k: f"Do not include keywords {_kw_list(k['forbidden_words'])} in the response."),
-    Verifier("keywords:letter_frequency", _letter_frequency, ("letter", "let_frequency", "let_relation"), ("let_relation",),
-             lambda k: f"In your response, the letter {k['letter']} should appear {k['let_relation']} {k['let_frequency']} times."),
+    Verifier("keywords:letter_frequency", _letter_frequency, ("letter", "let_frequency", "let_relation"),
+             ("let_relation",),
+             lambda k: f"In your response, the letter {k['letter']} should appear {k['let_relation']} "
+             f"{k['let_frequency']} times."),
     Verifier("language:response_language", _response_language, ("language",),
-             describe=lambda k: f"Your ENTIRE response should be in {k['language']} language, no other language is allowed."),
+             describe=lambda k: f"Your ENTIRE response should be in {k['language']} language, no other language is "
+             "allowed."),
     Verifier("length_constraints:number_sentences", _number_sentences, ("num_sentences", "relation"), ("relation",),
              lambda k: f"Your response should contain {k['relation']} {k['num_sentences']} sentences."),
     Verifier("length_constraints:number_paragraphs", _number_paragraphs, ("num_paragraphs",),
-             describe=lambda k: f"There should be {k['num_paragraphs']} paragraphs. Paragraphs are separated with the markdown divider: ***"),
+             describe=lambda k: f"There should be {k['num_paragraphs']} paragraphs. Paragraphs are separated with the "
+             "markdown divider: ***"),
     Verifier("length_constraints:number_words", _number_words, ("num_words", "relation"), ("relation",),
              lambda k: f"Answer with {k['relation']} {k['num_words']} words."),
     Verifier("length_constraints:nth_paragraph_first_word", _nth_paragraph_first_word,
              ("num_paragraphs", "nth_paragraph", "first_word"),
-             describe=lambda k: f"There should be {k['num_paragraphs']} paragraphs. Paragraphs and only paragraphs are separated "
-             f"with each other by two new lines as if it was '\\n\\n' in python. Paragraph {k['nth_paragraph']} must start "
-             f"with word {k['first_word']}."),
+             describe=lambda k: f"There should be {k['num_paragraphs']} paragraphs. Paragraphs and only paragraphs are "
+             f"separated with each other by two new lines as if it was '\\n\\n' in python. Paragraph "
+             f"{k['nth_paragraph']} must start with word {k['first_word']}."),
     Verifier("detectable_content:postscript", _postscript, ("postscript_marker",),
-             describe=lambda k: f"At the end of your response, please explicitly add a postscript starting with {k['postscript_marker']}"),
+             describe=lambda k: "At the end of your response, please explicitly add a postscript starting with "
+             f"{k['postscript_marker']}"),
     Verifier("detectable_content:number_placeholders", _number_placeholders, ("num_placeholders",),
-             describe=lambda k: f"The response must contain at least {k['num_placeholders']} placeholders represented by square brackets, such as [address]."),
+             describe=lambda k: f"The response must contain at least {k['num_placeholders']} placeholders represented "
+             "by square brackets, such as [address]."),
     Verifier("detectable_format:number_bullet_lists", _number_bullet_lists, ("num_bullets",),
-             describe=lambda k: f"Your answer must contain exactly {k['num_bullets']} bullet points. Use the markdown bullet points such as:\n* This is point 1. \n* This is point 2"),
+             describe=lambda k: f"Your answer must contain exactly {k['num_bullets']} bullet points. Use the markdown "
+             "bullet points such as:\n* This is point 1. \n* This is point 2"),
     Verifier("detectable_format:constrained_response", _constrained_response,
              describe=lambda k: f"Answer with one of the following options: {CONSTRAINED_OPTIONS}"),
     Verifier("detectable_format:number_highlighted_sections", _number_highlighted_sections, ("num_highlights",),
-             describe=lambda k: f"Highlight at least {k['num_highlights']} sections in your answer with markdown, i.e. *highlighted section*."),
+             describe=lambda k: f"Highlight at least {k['num_highlights']} sections in your answer with markdown, i.e. "
+             "*highlighted section*."),
     Verifier("detectable_format:multiple_sections", _multiple_sections, ("section_spliter", "num_sections"),
-             describe=lambda k: f"Your response must have {k['num_sections']} sections. Mark the beginning of each section with "
-             f"{k['section_spliter']} X, such as:\n{k['section_spliter']} 1\n[content of section 1]\n{k['section_spliter']} 2\n[content of section 2]"),
+             describe=lambda k: f"Your response must have {k['num_sections']} sections. Mark the beginning of each "
+             f"section with {k['section_spliter']} X, such as:\n{k['section_spliter']} 1\n[content of section 1]\n"
+             f"{k['section_spliter']} 2\n[content of section 2]"),
     Verifier("detectable_format:json_format", _json_format,
-             describe=lambda k: "Entire output should be wrapped in JSON format. You can use markdown ticks such as ```."),
+             describe=lambda k: "Entire output should be wrapped in JSON format. You can use markdown ticks such as "
+             "```."),
     Verifier("detectable_format:title", _title,
-             describe=lambda k: "Your answer must contain a title, wrapped in double angular brackets, such as <<poem of joy>>."),
+             describe=lambda k: "Your answer must contain a title, wrapped in double angular brackets, such as "
+             "<<poem of joy>>."),
     Verifier("change_case:english_lowercase", _english_lowercase,
-             describe=lambda k: "Your entire response should be in English, and in all lowercase letters. No capital letters are allowed."),
+             describe=lambda k: "Your entire response should be in English, and in all lowercase letters. No capital "
+             "letters are allowed."),
     Verifier("change_case:english_capital", _english_capital,
              describe=lambda k: "Your entire response should be in English, and in all capital letters."),
     Verifier("change_case:capital_word_frequency", _capital_word_frequency, ("capital_frequency", "capital_relation"),
              ("capital_relation",),
-             lambda k: f"In your response, words with all capital letters should appear {k['capital_relation']} {k['capital_frequency']} times."),
+             lambda k: "In your response, words with all capital letters should appear "
+             f"{k['capital_relation']} {k['capital_frequency']} times."),
     Verifier("punctuation:no_comma", _no_comma,
              describe=lambda k: "In your entire response, refrain from the use of any commas."),
     Verifier("startend:end_checker", _end_checker, ("end_phrase",),
-             describe=lambda k: f"Finish your response with this exact phrase {k['end_phrase']} No other words should follow this phrase."),
+             describe=lambda k: f"Finish your response with this exact phrase {k['end_phrase']} No other words should "
+             "follow this phrase."),
     Verifier("startend:quotation", _quotation,
              describe=lambda k: "Wrap your entire response with double quotation marks."),
     Verifier("combination:repeat_prompt", _repeat_prompt, ("prompt_to_repeat",),
-             describe=lambda k: "First repeat the request word for word without change, then give your answer (1. do not say any "
-             "words or characters before repeating the request; 2. the request you need to repeat does not include this sentence)"),
+             describe=lambda k: "First repeat the request word for word without change, then give your answer (1. do "
+             "not say any words or characters before repeating the request; 2. the request you need to repeat does not "
+             "include this sentence)"),
     Verifier("combination:two_responses", _two_responses,
-             describe=lambda k: "Give two different responses. Responses and only responses should be separated by 6 asterisk symbols: ******."),
+             describe=lambda k: "Give two different responses. Responses and only responses should be separated by 6 "
+             "asterisk symbols: ******."),
 ]
 
 VERIFIERS: dict[str, Verifier] = {v.id: v for v in _IFEVAL}
@@ -463,7 +480,8 @@ def validate_instruction(instruction_id: str, kwargs: dict | None) -> None:
         try:
             import langdetect  # noqa: F401
         except ImportError as exc:
-            raise ImportError("language:response_language needs the 'langdetect' package (pip install langdetect)") from exc
+            raise ImportError("language:response_language needs the 'langdetect' package "
+                              "(pip install langdetect)") from exc
 
 
 def check_instruction(instruction_id: str, kwargs: dict | None, response: str, prompt: str | None = None) -> bool:
@@ -480,7 +498,7 @@ def check_instruction(instruction_id: str, kwargs: dict | None, response: str, p
         return False
     try:
         return bool(v.check(response, kw))
-    except Exception:  # noqa: BLE001 - model text must never crash scoring
+    except Exception:  # model text must never crash scoring
         return False
 
 

@@ -56,8 +56,10 @@ BASES = {
 }
 QUESTION_BASE = "Is {t} worth learning about?"
 # Held-out kwargs pools: test prompts use words the train prompts never do.
-KEYWORDS = {"train": ["lantern", "velvet", "maple", "comet", "orchid", "pebble", "ribbon", "copper", "meadow", "willow"],
-            "test": ["silver", "thunder", "blossom", "marble", "feather", "canyon", "ember", "sparrow", "tulip", "anchor"]}
+KEYWORDS = {"train": ["lantern", "velvet", "maple", "comet", "orchid", "pebble", "ribbon", "copper", "meadow",
+                      "willow"],
+            "test": ["silver", "thunder", "blossom", "marble", "feather", "canyon", "ember", "sparrow", "tulip",
+                     "anchor"]}
 FORBIDDEN = {"train": ["very", "really", "thing", "nice", "stuff", "good"],
              "test": ["great", "just", "awesome", "amazing", "basically", "totally"]}
 END_PHRASES = {"train": ["Is there anything else I can help with?", "Let me know if you have additional questions.",
@@ -81,7 +83,8 @@ def _sample_ifeval_kwargs(iid: str, rng: random.Random, pool: str) -> dict:
             return {"letter": rng.choice("aeonst"), "let_frequency": rng.randint(3, 8), "let_relation": rel}
         return {"letter": rng.choice("qxzj"), "let_frequency": rng.randint(1, 3), "let_relation": rel}
     if iid == "length_constraints:number_words":
-        return {"relation": rel, "num_words": rng.choice([30, 40, 50]) if rel == "less than" else rng.choice([5, 8, 10, 15])}
+        return {"relation": rel,
+                "num_words": rng.choice([30, 40, 50]) if rel == "less than" else rng.choice([5, 8, 10, 15])}
     if iid == "length_constraints:number_sentences":
         return {"relation": rel, "num_sentences": rng.randint(3, 5) if rel == "less than" else rng.randint(2, 4)}
     if iid == "length_constraints:number_paragraphs":
@@ -100,7 +103,8 @@ def _sample_ifeval_kwargs(iid: str, rng: random.Random, pool: str) -> dict:
     if iid == "detectable_format:multiple_sections":
         return {"section_spliter": rng.choice(["Section", "SECTION"]), "num_sections": rng.randint(2, 3)}
     if iid == "change_case:capital_word_frequency":
-        return {"capital_relation": rel, "capital_frequency": rng.randint(2, 3) if rel == "at least" else rng.randint(2, 4)}
+        return {"capital_relation": rel,
+                "capital_frequency": rng.randint(2, 3) if rel == "at least" else rng.randint(2, 4)}
     if iid == "startend:end_checker":
         return {"end_phrase": rng.choice(END_PHRASES[pool])}
     return {}  # no kwargs (repeat_prompt's prompt_to_repeat is filled in by the generator)
@@ -196,8 +200,8 @@ _STYLES = {
               "Small steps help when you study {t}.", "The story of {t} is rich and long.",
               "Each season brings something new to {t}.", "Curious minds return to {t} again and again."],
     "terse": ["{T}: rich history.", "Bright colors everywhere.", "Curious minds wander.", "Simple pleasures matter.",
-              "Endless stories remain.", "Gentle mornings help.", "Careful study rewards patience.", "Fresh ideas grow.",
-              "Warm memories linger.", "Patient hands create."],
+              "Endless stories remain.", "Gentle mornings help.", "Careful study rewards patience.",
+              "Fresh ideas grow.", "Warm memories linger.", "Patient hands create."],
     # every word has a prime number of letters (2, 3, 5 or 7)
     "prime": ["We can study it.", "It is fun to learn.", "The sky has no limit.", "You can start today.",
               "We all share ideas.", "Our minds are awake.", "The sun is out.", "We sit by the sea.",
@@ -242,7 +246,8 @@ def _compose(spec: dict, topic: str, style: str, n: int, pad: int, offset: int =
     if cf and cf["capital_relation"] == "at least":
         body.append("Key words: " + " ".join(_CAPS[: int(cf["capital_frequency"])]) + ".")
     if "detectable_content:number_placeholders" in spec:
-        body.append("Add details such as " + " and ".join(_PLACEHOLDERS[: int(spec["detectable_content:number_placeholders"]["num_placeholders"])]) + ".")
+        n_placeholders = int(spec["detectable_content:number_placeholders"]["num_placeholders"])
+        body.append("Add details such as " + " and ".join(_PLACEHOLDERS[:n_placeholders]) + ".")
     if "count:conjunctions" in spec:
         clauses, conj = _CONJ_CLAUSES
         m = int(spec["count:conjunctions"]["small_n"])
@@ -414,8 +419,8 @@ class InstructEnv(Environment):
         if path is not None and path.exists():
             return self._file_tasks(split, path, n, seed)
         if path is not None:  # training included: generated mini prompts are no stand-in for the real set
-            raise FileNotFoundError(f"{path} not found (worlds.data_dir is set, so real data is expected: IFEval-format "
-                                    f"jsonl with key, prompt, instruction_id_list, kwargs)")
+            raise FileNotFoundError(f"{path} not found (worlds.data_dir is set, so real data is expected: "
+                                    f"IFEval-format jsonl with key, prompt, instruction_id_list, kwargs)")
         return self._generated_tasks(split, n, seed)
 
     def _file_tasks(self, split: str, path: Path, n: int, seed: int) -> list[Task]:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation)
 
@@ -176,7 +176,8 @@ OOD_SPECS: dict[str, OODSpec] = {
     "ratio:stop_words": OODSpec(
         _stop_words,
         ("percentage",),
-        lambda k: f"Ensure that stop words constitute no more than {k['percentage']}% of the total words in your response.",
+        lambda k: f"Ensure that stop words constitute no more than {k['percentage']}% of the total words in your "
+        "response.",
     ),
     "count:conjunctions": OODSpec(
         _conjunctions,

@@ -31,12 +31,15 @@ language model to play. This module is that player:
 - **Failed turns.** A simulator turn fails when its backend raises (an HTTP error: ``transformers serve`` answers
   500 when it cannot parse a response with the tokenizer's response template; a timeout; a context overflow) or
   when its reply is garbled: empty once ``<think>`` blocks are removed, or holding tool-call markup when the customer
-  has no tools (or more than ``max_tool_calls`` calls before a message when it has). The episode then ends at once with ``failure = "user simulator failed: ..."``, never a crash.
+  has no tools (or more than ``max_tool_calls`` calls before a message when it has). The episode then ends at once
+  with ``failure = "user simulator failed: ..."``, never a crash.
 
 The simulating model (``worlds.user_sim``, ``config.UserSimConfig``) is any policy the suite has, or an endpoint:
 
 - ``hf``: ``eval.harness.HFPolicy`` on a local model directory or hub id;
 - ``vllm``: ``eval.harness.VLLMPolicy`` (GPU machines);
+
+  both handed down by the evaluation layer (``use_local_policy``), which this module, below it, never imports;
 - ``openai``: ``OpenAIChat``, a client of an OpenAI-compatible ``POST {url}/chat/completions`` (the OpenAI API,
   ``vllm serve``, ``transformers serve``); the API key is read from the environment variable named by
   ``api_key_env``. Serving one of our models with ``transformers serve`` for this: ``serving_copy`` writes a
@@ -56,12 +59,13 @@ import re
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from acl_lib.chat import ToolCall, ToolCallError, parse_assistant
-from acl_lib.config import ConfigError, UserSimConfig
+from acl_lib.config import ConfigError, UserSimConfig, project_root
 from acl_lib.envs.base import Task
 from acl_lib.envs.desk import Desk, DeskEpisode
 
@@ -72,18 +76,23 @@ SIGNALS = {STOP: "stop", TRANSFER: "transfer", OUT_OF_SCOPE: "out_of_scope"}
 GREETING = "Hi! How can I help you today?"  # tau2's opening agent message
 
 # Our wording of what tau2's guidelines ask of the simulated customer.
-GUIDELINES = f"""You are role-playing a customer who contacts a customer service agent. The scenario below says who you are and what you want.
+# (A backslash at a line's end continues the line: the prompt's text has no line break there.)
+GUIDELINES = f"""You are role-playing a customer who contacts a customer service agent. The scenario below says \
+who you are and what you want.
 
 Rules:
 - Write only the customer's next message, one message at a time, as a real customer would in a chat.
-- Follow the scenario. Do not invent any fact it does not give you (names, numbers, ids, addresses): what it does not say, you do not know.
+- Follow the scenario. Do not invent any fact it does not give you (names, numbers, ids, addresses): what it does \
+not say, you do not know.
 - Share information a piece at a time, when the agent asks for it; do not recite the scenario.
 - Keep going until what the scenario asks for is done. Then write {STOP} to end the conversation.
 - If the agent transfers you to another agent, write {TRANSFER}.
 - If the scenario does not tell you enough to go on, write {OUT_OF_SCOPE}."""
 
 # Added to the guidelines of a customer with tools (tau2's telecom customer and their phone).
-TOOL_GUIDELINES = """You have tools: they are your own phone. When the agent asks you to look at something on your phone or to change a setting, call the tool that does it, read its result, then tell the agent what you saw, in your own words. Never claim a result that no tool call gave you. Do one thing the agent asked at a time."""
+TOOL_GUIDELINES = """You have tools: they are your own phone. When the agent asks you to look at something on your \
+phone or to change a setting, call the tool that does it, read its result, then tell the agent what you saw, in your \
+own words. Never claim a result that no tool call gave you. Do one thing the agent asked at a time."""
 
 
 class UserSimError(RuntimeError):
@@ -210,7 +219,8 @@ class PolicyChat:
         self.policy = policy
         self.max_new_tokens = max_new_tokens
         self.name = f"policy:{getattr(policy, 'name', type(policy).__name__)}"
-        self._task = Task(id="user-simulator", domain="user_sim", benchmark="user_sim", system_prompt="", user_prompt="")
+        self._task = Task(id="user-simulator", domain="user_sim", benchmark="user_sim", system_prompt="",
+                          user_prompt="")
 
     def __call__(self, messages: list[dict], tools: list[dict] | None = None) -> str:
         if hasattr(self.policy, "max_new_tokens"):
@@ -338,6 +348,19 @@ def _openai_call(c: Any) -> ToolCall | ToolCallError:
 
 _SIMULATORS: dict[str, Chat] = {}
 
+# How a local simulating model (backends hf, vllm) is loaded: ``factory(cfg, model) -> policy``, a policy of the
+# evaluation layer (a batch of (task, messages) -> texts). That layer is above this one, so it hands its factory
+# down (``acl_lib.eval.harness`` does when it is imported) instead of being imported here.
+LocalPolicy = Callable[[UserSimConfig, str], Any]
+_LOCAL_POLICY: LocalPolicy | None = None
+
+
+def use_local_policy(factory: LocalPolicy | None) -> None:
+    """Set how this process loads the simulating model of the local backends (``hf``, ``vllm``): ``factory(cfg,
+    model)`` returns a policy for ``model`` (a directory or hub id) with ``cfg``'s settings (``None``: unset)."""
+    global _LOCAL_POLICY
+    _LOCAL_POLICY = factory
+
 
 @contextmanager
 def _outside_zero3():
@@ -360,32 +383,32 @@ def _outside_zero3():
         hf_ds._hf_deepspeed_config_weak_ref = ref
 
 
-def simulator_for(cfg: UserSimConfig) -> Chat:
-    """The simulating model of ``cfg``, built once per process (a local model is loaded once and shared)."""
+def simulator_for(cfg: UserSimConfig, local_policy: LocalPolicy | None = None) -> Chat:
+    """The simulating model of ``cfg``, built once per process (a local model is loaded once and shared).
+
+    ``local_policy``: how to load a local model (backends hf, vllm), in place of the one set by ``use_local_policy``."""
     if cfg.backend == "none":
         raise ConfigError(
             "an episode without a structured user scenario (a real tau2 retail, telecom or mock episode) needs the LLM "
-            "user simulator. Set worlds.user_sim.backend (hf, vllm or openai) and worlds.user_sim.model (and, for openai, "
-            "worlds.user_sim.url and api_key_env); see acl_lib/envs/llm_user.py")
+            "user simulator. Set worlds.user_sim.backend (hf, vllm or openai) and worlds.user_sim.model (and, for "
+            "openai, worlds.user_sim.url and api_key_env); see acl_lib/envs/llm_user.py")
     key = json.dumps(cfg.model_dump(mode="json", exclude={"max_turns"}), sort_keys=True)  # max_turns: per episode
     if key not in _SIMULATORS:
         if cfg.backend == "openai":
             chat: Chat = OpenAIChat(cfg.url, cfg.model, cfg.api_key_env, cfg.temperature, cfg.max_new_tokens,
                                     cfg.timeout_s, cfg.retries, cfg.concurrency)
         else:
-            from acl_lib.config import project_root
-            from acl_lib.eval.harness import HFPolicy, VLLMPolicy
-
+            factory = local_policy or _LOCAL_POLICY
+            if factory is None:
+                raise RuntimeError(
+                    f"worlds.user_sim.backend={cfg.backend} plays the customer with one of the suite's policies, and "
+                    "none was handed to this process (acl_lib.envs.llm_user.use_local_policy; importing "
+                    "acl_lib.eval.harness hands it its own)")
             # a relative directory is the checkout's (acl_lib/data/mini_base), wherever the process runs (notebooks/)
             local = project_root() / cfg.model
             model = str(local) if not Path(cfg.model).is_absolute() and local.is_dir() else cfg.model
             with _outside_zero3():
-                if cfg.backend == "hf":
-                    # reuse_kv=False: every simulator prompt is a new message list, a per-episode cache would only grow
-                    policy = HFPolicy(model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype,
-                                      reuse_kv=False)
-                else:
-                    policy = VLLMPolicy(model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype)
+                policy = factory(cfg, model)
             chat = PolicyChat(policy, cfg.max_new_tokens)
         _SIMULATORS[key] = chat
     return _SIMULATORS[key]

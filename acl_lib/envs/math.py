@@ -41,9 +41,9 @@ families: ``arith`` (precedence), ``word`` (multi-step word problems), ``algebra
 is one operation, each level adds steps. The level weights per split are ``worlds.math_levels``: by default
 train 4:3:2:1, test 1:2:3:4 (harder on average, same families). ``worlds.math_max_operand`` (> 0) caps every
 number a generator draws. The mini profile uses level 1 only with numbers up to 9 (measured: with two-digit
-operands or the default mix a ~2M model trained for minutes does not learn the arithmetic; see the README). A problem belongs
-to the test side iff sha1(problem text) % 4 == 0, so train and test never share a problem for any n or
-seed. Each task keeps its worked steps in ``meta["steps"]`` (structured, so a wrong solution can
+operands or the default mix a ~2M model trained for minutes does not learn the arithmetic; see the README).
+A problem belongs to the test side iff sha1(problem text) % 4 == 0, so train and test never share a problem
+for any n or seed. Each task keeps its worked steps in ``meta["steps"]`` (structured, so a wrong solution can
 propagate a slip); ``solution_text`` renders them.
 
 Real data (``worlds.data_dir`` set, the paper profile), read from ``<data_dir>/math/``:
@@ -69,8 +69,8 @@ from typing import Any
 
 from acl_lib.config import DEFAULT_MATH_LEVELS, WorldsConfig
 from acl_lib.envs import mcq
-from acl_lib.envs.mcq import extract_choice, is_correct_choice  # noqa: F401  (public here too)
 from acl_lib.envs.base import Environment, Episode, SingleTurnEpisode, Task
+from acl_lib.envs.mcq import extract_choice, is_correct_choice  # noqa: F401  (public here too)
 
 DAPO_PREFIX = (
     "Solve the following math problem step by step. The last line of your response should be of the form "
@@ -393,7 +393,8 @@ def _gen_algebra(level: int, rng: random.Random) -> tuple[str, list[dict]]:
     if level == 2:
         x, c, a = R(1, 12), R(2, 9), R(1, 20)
         return (f"Solve for x: {c}x + {a} = {c * x + a}.",
-                [_step(f"{c}x = " + "{a} - {b} = {r}", c * x + a, "-", a), _step("x = {a} / {b} = {r}", _ref(0), "/", c)])
+                [_step(f"{c}x = " + "{a} - {b} = {r}", c * x + a, "-", a),
+                 _step("x = {a} / {b} = {r}", _ref(0), "/", c)])
     if level == 3:
         x, q = R(-9, 12), R(2, 6)
         p, a = q + R(2, 5), R(1, 20)

@@ -31,8 +31,9 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from acl_lib.envs.base import Task
 
@@ -173,7 +174,8 @@ def _gpqa_power(rng):
 def _gpqa_work(rng):
     f, d, k = rng.randint(2, 9), rng.randint(2, 9), rng.randint(2, 4)
     ans = f * k * d
-    q = f"A force of {f} N moves a box {d} m. The force is then made {k} times larger. How much work does the larger force do over the same {d} m?"
+    q = (f"A force of {f} N moves a box {d} m. The force is then made {k} times larger. How much work does the larger "
+         f"force do over the same {d} m?")
     why = f"New force = {f} * {k} = {f * k} N, work = {f * k} * {d} = {ans} J."
     return q, f"{ans} J", _distractors(rng, ans, [f * d, f * d + k, (f + k) * d], " J"), why
 

@@ -48,6 +48,7 @@ import re
 from pathlib import Path
 
 from acl_lib.chat import format_tool_call
+from acl_lib.envs import llm_user
 from acl_lib.envs.base import Environment, Task, ToolError, function_schema
 from acl_lib.envs.desk import (
     CLOSING,
@@ -172,7 +173,7 @@ def _gen_mock_db(rng: random.Random, split: str) -> dict:
     firsts, lasts = _half(FIRST, split), _half(LAST, split)
     verbs, objs = _half(VERBS, split), _half(OBJECTS, split)
     n_users, n_tasks = rng.randint(2, 4), rng.randint(2, 6)
-    names = rng.sample([f"{f} {l}" for f in firsts for l in lasts], n_users)
+    names = rng.sample([f"{f} {last}" for f in firsts for last in lasts], n_users)
     users = {f"user_{i + 1}": {"user_id": f"user_{i + 1}", "name": names[i], "tasks": []} for i in range(n_users)}
     titles = rng.sample([f"{v} {o}" for v in verbs for o in objs], n_tasks)
     tasks = {}
@@ -369,8 +370,7 @@ class MockEnv(Environment):
     def start(self, task: Task, max_turns: int = 16) -> DeskEpisode:
         user_sim = getattr(self.worlds, "user_sim", None)
         if user_sim is not None and user_sim.backend != "none" and (task.meta or {}).get("user_scenario"):
-            from acl_lib.envs import llm_user  # a real tau2 task, played by its own user_scenario
-
+            # a real tau2 task, played by its own user_scenario
             return llm_user.start_episode(task, MOCK_DESK, user_sim, max_turns=max_turns)
         return DeskEpisode(task, MOCK_DESK, max_turns=max_turns)
 

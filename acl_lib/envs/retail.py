@@ -14,10 +14,10 @@ test tasks concern disjoint sets of users, so they never overlap. The agent sees
 signatures, one-line descriptions), so the prompt fits a small model's context.
 
 Paper profile (``worlds.data_dir`` set): ``<data_dir>/retail/{db.json,tasks.json,split_tasks.json,policy.md}``
-(the layout of the tau2-bench data, as in ``tests/data/tau2``); the agent sees the real ``policy.md`` and the reference's full
-tool schemas. The real tasks describe their user in prose (``user_scenario``): their customer is the LLM user
-simulator of ``llm_user.py`` (``worlds.user_sim``; ``start()`` raises ``ConfigError`` naming the key when none
-is set). Their gold replay (``replay`` / ``replay_cli``) needs no simulator.
+(the layout of the tau2-bench data, as in ``tests/data/tau2``); the agent sees the real ``policy.md`` and the
+reference's full tool schemas. The real tasks describe their user in prose (``user_scenario``): their customer is
+the LLM user simulator of ``llm_user.py`` (``worlds.user_sim``; ``start()`` raises ``ConfigError`` naming the key
+when none is set). Their gold replay (``replay`` / ``replay_cli``) needs no simulator.
 
 Reward (both scales): the episode's final database must equal the one obtained by replaying the task's
 gold actions on a fresh copy of the world database (failed gold actions are skipped: they change
@@ -40,8 +40,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from acl_lib.atomic import atomic_write_text
 from acl_lib.chat import format_tool_call
 from acl_lib.config import RETAIL_KINDS, ConfigError, WorldsConfig
+from acl_lib.envs import llm_user
 from acl_lib.envs.base import Environment, Task
 from acl_lib.envs.desk import CLOSING, Desk, DeskEpisode, ask_detail, planned_turn
 from acl_lib.envs.retail_db import (
@@ -56,6 +58,7 @@ from acl_lib.envs.retail_db import (
 from acl_lib.envs.usersim import RuleUser
 
 # The mini worlds' policy: what the compact tool descriptions (retail_db.COMPACT_DESCRIPTIONS) do not say.
+# (A backslash at a line's end continues the line: the policy's text has no line break there.)
 MINI_POLICY = """# Retail agent policy
 
 You are a customer service agent of an online store. You help the user with their own profile, orders and products.
@@ -65,7 +68,8 @@ You are a customer service agent of an online store. You help the user with thei
 - Before any change to the database, state its details and get an explicit "yes".
 - At most one tool call per turn, with no reply to the user in that turn.
 - Use the tools; never make up information. Deny requests against this policy.
-- Only pending orders can be cancelled or modified; only delivered orders can be returned or exchanged. A gift card must have enough balance to pay."""
+- Only pending orders can be cancelled or modified; only delivered orders can be returned or exchanged. A gift card \
+must have enough balance to pay."""
 
 # --- mini world generation ------------------------------------------------------------------------
 
@@ -165,7 +169,8 @@ def generate_world(seed: int, n_products: tuple[int, int] = (8, 15), n_users: tu
             else:
                 methods[pm_id] = {"source": source, "id": pm_id}
         user = {"user_id": user_id, "name": {"first_name": first, "last_name": last}, "address": address,
-                "email": f"{first.lower()}.{last.lower()}{suffix}@example.com", "payment_methods": methods, "orders": []}
+                "email": f"{first.lower()}.{last.lower()}{suffix}@example.com", "payment_methods": methods,
+                "orders": []}
         for _ in range(rng.randint(1, 3)):
             order_id = f"#W{_digits(rng, 7, used)}"
             items = []
@@ -294,7 +299,8 @@ def make_task(db: dict, user_id: str, kind: str, rng: random.Random, auth: str =
         if pm is None:
             return None
         request = f"For {order_ref}, I'd like to pay with my {describe_payment(pm)} instead."
-        actions = [find, get_user, get_order, _action("modify_pending_order_payment", order_id=oid, payment_method_id=pm["id"])]
+        actions = [find, get_user, get_order,
+                   _action("modify_pending_order_payment", order_id=oid, payment_method_id=pm["id"])]
     elif kind in ("modify_items", "exchange"):
         pairs = [(item, alt) for item in order["items"] if (alt := _alternative(rng, db, item))]
         if not pairs:
@@ -308,9 +314,11 @@ def make_task(db: dict, user_id: str, kind: str, rng: random.Random, auth: str =
         wishes = " and ".join(f"the {item['name']} ({options_text(item['options'])}) for the one with "
                               f"{options_text(alt['options'])}" for item, alt in pairs)
         verb = "change" if kind == "modify_items" else "exchange"
-        request = f"In {order_ref}, I want to {verb} {wishes}. Please use my {describe_payment(pm)} for the price difference."
+        request = (f"In {order_ref}, I want to {verb} {wishes}. Please use my {describe_payment(pm)} for the price "
+                   "difference.")
         tool = "modify_pending_order_items" if kind == "modify_items" else "exchange_delivered_order_items"
-        actions = [find, get_order] + [_action("get_product_details", product_id=item["product_id"]) for item, _ in pairs]
+        actions = [find, get_order] + [_action("get_product_details", product_id=item["product_id"])
+                                       for item, _ in pairs]
         actions.append(_action(tool, order_id=oid, item_ids=[i["item_id"] for i, _ in pairs],
                                new_item_ids=[a["item_id"] for _, a in pairs], payment_method_id=pm["id"]))
     elif kind == "return":
@@ -407,8 +415,9 @@ def to_task(t: dict, benchmark: str | None, system_prompt: str, world_seed: int 
         tools=tools,
         answer={"actions": criteria.get("actions") or [], "communicate_info": criteria.get("communicate_info") or [],
                 "reward_basis": criteria.get("reward_basis"), "scenario": scenario},
-        meta={"source": source, "world_seed": world_seed, "tau2_id": t["id"], "kind": (t.get("description") or {}).get("purpose"),
-              "difficulty": t.get("difficulty"), "user_scenario": t.get("user_scenario")},
+        meta={"source": source, "world_seed": world_seed, "tau2_id": t["id"],
+              "kind": (t.get("description") or {}).get("purpose"), "difficulty": t.get("difficulty"),
+              "user_scenario": t.get("user_scenario")},
     )
 
 
@@ -466,8 +475,6 @@ class RetailEnv(Environment):
     def start(self, task: Task, max_turns: int = 16) -> DeskEpisode:
         scenario = (task.answer or {}).get("scenario")
         if not scenario:  # a real tau2 task: its customer is the LLM user simulator (fails fast if none is set)
-            from acl_lib.envs import llm_user
-
             llm_user.simulator_for(self.worlds.user_sim)
         seed = (task.meta or {}).get("world_seed")
         wkey = self._world_key(seed)
@@ -543,7 +550,8 @@ def _confirm_text(action: dict) -> str:
     elif name == "modify_pending_order_payment":
         what = f"pay order {a['order_id']} with {a['payment_method_id']} instead"
     elif name == "return_delivered_order_items":
-        what = f"return items {', '.join(a['item_ids'])} of order {a['order_id']} with the refund to {a['payment_method_id']}"
+        what = (f"return items {', '.join(a['item_ids'])} of order {a['order_id']} with the refund to "
+                f"{a['payment_method_id']}")
     else:  # modify items / exchange
         verb = "modify" if name == "modify_pending_order_items" else "exchange"
         what = (f"{verb} items {', '.join(a['item_ids'])} of order {a['order_id']} to {', '.join(a['new_item_ids'])}, "
@@ -611,8 +619,6 @@ def replay_cli(args: argparse.Namespace) -> int:
     """
     from tqdm.auto import tqdm
 
-    from acl_lib.atomic import atomic_write_text
-
     def usage(msg: str) -> int:
         print(f"acl env retail replay: error: {msg}", file=sys.stderr)
         return 2
@@ -632,7 +638,7 @@ def replay_cli(args: argparse.Namespace) -> int:
         return usage(f"--tasks {args.tasks}: expected a JSON list of tasks, got {type(tasks).__name__}")
     try:
         RetailDB.load(db)
-    except Exception as exc:  # noqa: BLE001 - pydantic's error, cut to its first problem
+    except Exception as exc:  # pydantic's error, cut to its first problem
         errors = exc.errors() if hasattr(exc, "errors") else []
         if errors:
             where = ".".join(str(p) for p in errors[0]["loc"]) or "top level"
@@ -653,7 +659,7 @@ def replay_cli(args: argparse.Namespace) -> int:
     for t in tqdm(tasks, desc="retail replay", disable=not sys.stderr.isatty()):
         try:
             rec = replay(db, t)
-        except Exception as exc:  # noqa: BLE001 - one broken task never costs the others their lines
+        except Exception as exc:  # one broken task never costs the others their lines
             rec = {"id": t.get("id") if isinstance(t, dict) else None, "failing_actions": [], "errors": {},
                    "orders": {}, "users": {}, "error": f"{type(exc).__name__}: {exc}"}
         broken += "error" in rec

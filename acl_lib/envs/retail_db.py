@@ -5,11 +5,11 @@ orders with items, fulfillments and payment history). ``RetailDB.load(d).dump() 
 file: fields that tau2 leaves out until a tool sets them (``cancel_reason``, ``exchange_*``,
 ``return_*``) are ``None`` in memory and absent in the dump.
 
-``RetailTools`` (a ``desk.Toolkit``) implements the 15 tau2 tools plus tau3's ``get_item_details`` with the preconditions,
-effects and error messages of the tau2-bench retail reference (replayed against its data in ``tests/data/tau2``). A failed precondition raises
-``ToolError`` (the agent sees ``Error: <message>``) and a failed call changes nothing: every check runs
-before the first write. Each tool also rejects argument values of the wrong type with a ``ToolError``,
-so a tool never raises anything else, whatever it is given.
+``RetailTools`` (a ``desk.Toolkit``) implements the 15 tau2 tools plus tau3's ``get_item_details`` with the
+preconditions, effects and error messages of the tau2-bench retail reference (replayed against its data in
+``tests/data/tau2``). A failed precondition raises ``ToolError`` (the agent sees ``Error: <message>``) and a
+failed call changes nothing: every check runs before the first write. Each tool also rejects argument values of
+the wrong type with a ``ToolError``, so a tool never raises anything else, whatever it is given.
 
 ``tool_schemas(compact)`` gives the 16 OpenAI schemas: the reference's wording (paper profile), or the
 same signatures with one-line descriptions (mini worlds, ``compact=True``).
@@ -25,7 +25,8 @@ import json
 import math
 import operator
 import unicodedata
-from typing import Any, Callable, Literal, Optional, Union
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -85,7 +86,7 @@ class GiftCard(_Model):
     balance: float  # dollars
 
 
-PaymentMethod = Union[CreditCard, Paypal, GiftCard]
+PaymentMethod = CreditCard | Paypal | GiftCard
 
 
 class User(_Model):
@@ -117,7 +118,8 @@ class OrderPayment(_Model):
 
 
 OrderStatus = Literal[
-    "processed", "pending", "pending (item modified)", "delivered", "cancelled", "exchange requested", "return requested"
+    "processed", "pending", "pending (item modified)", "delivered", "cancelled", "exchange requested",
+    "return requested"
 ]
 
 
@@ -130,13 +132,13 @@ class Order(_Model):
     fulfillments: list[Fulfillment]
     payment_history: list[OrderPayment]
     # set by the write tools; absent from db.json until then
-    cancel_reason: Optional[Literal["no longer needed", "ordered by mistake"]] = None
-    exchange_items: Optional[list[str]] = None
-    exchange_new_items: Optional[list[str]] = None
-    exchange_payment_method_id: Optional[str] = None
-    exchange_price_difference: Optional[float] = None
-    return_items: Optional[list[str]] = None
-    return_payment_method_id: Optional[str] = None
+    cancel_reason: Literal["no longer needed", "ordered by mistake"] | None = None
+    exchange_items: list[str] | None = None
+    exchange_new_items: list[str] | None = None
+    exchange_payment_method_id: str | None = None
+    exchange_price_difference: float | None = None
+    return_items: list[str] | None = None
+    return_payment_method_id: str | None = None
 
 
 class RetailDB(_Model):
@@ -145,22 +147,17 @@ class RetailDB(_Model):
     orders: dict[str, Order]  # order_id -> order
 
     @classmethod
-    def load(cls, d: dict) -> "RetailDB":
+    def load(cls, d: dict) -> RetailDB:
         """A fresh, independent database from a tau2 ``db.json`` dict (the dict is not modified)."""
         return cls.model_validate(d)
 
-    def fork(self) -> "RetailDB":
+    def fork(self) -> RetailDB:
         """A database that shares this one's records until it writes to them: the record maps are copied (one
         entry per id), the records themselves are copied by ``RetailTools`` the first time a tool looks one up
         by id (every write goes through such a look-up), so this database is never modified. Products are
         shared (no tool writes them). Costs microseconds where ``load`` of a store with hundreds of customers
         costs a tenth of a second per episode."""
         return RetailDB.model_construct(products=self.products, users=dict(self.users), orders=dict(self.orders))
-
-    @classmethod
-    def from_file(cls, path: str) -> "RetailDB":
-        with open(path) as f:
-            return cls.model_validate_json(f.read())
 
     def dump(self) -> dict:
         """The tau2 JSON form (``json.dumps(dump, indent=4)`` reproduces ``db.json`` byte for byte)."""
@@ -218,7 +215,8 @@ TOOL_SCHEMAS: list[dict] = [
         "otherwise the refund would take 5-7 business days to process. The function returns the order details after "
         "the cancellation.",
         {"order_id": _s(_ORDER_ID),
-         "reason": _s("The reason for cancellation, which should be either 'no longer needed' or 'ordered by mistake'.")},
+         "reason": _s("The reason for cancellation, which should be either 'no longer needed' or 'ordered by "
+                      "mistake'.")},
     ),
     function_schema(
         "exchange_delivered_order_items",
@@ -226,9 +224,11 @@ TOOL_SCHEMAS: list[dict] = [
         "exchange can be only done once by the agent. The agent needs to explain the exchange detail and ask for "
         "explicit user confirmation (yes/no) to proceed.",
         {"order_id": _s(_ORDER_ID),
-         "item_ids": _ids("The item ids to be exchanged, each such as '1008292230'. There could be duplicate items in the list."),
-         "new_item_ids": _ids("The item ids to be exchanged for, each such as '1008292230'. There could be duplicate items "
-                              "in the list. Each new item id should match the item id in the same position and be of the same product."),
+         "item_ids": _ids("The item ids to be exchanged, each such as '1008292230'. There could be duplicate items "
+                          "in the list."),
+         "new_item_ids": _ids("The item ids to be exchanged for, each such as '1008292230'. There could be duplicate "
+                              "items in the list. Each new item id should match the item id in the same position and "
+                              "be of the same product."),
          "payment_method_id": _s(_PAYMENT_ID)},
     ),
     function_schema(
@@ -254,9 +254,11 @@ TOOL_SCHEMAS: list[dict] = [
     function_schema(
         "get_product_details",
         "Get the inventory details of a product.",
-        {"product_id": _s("The product id, such as '6086499569'. Be careful the product id is different from the item id.")},
+        {"product_id": _s("The product id, such as '6086499569'. Be careful the product id is different from the "
+                          "item id.")},
     ),
-    function_schema("get_user_details", "Get the details of a user, including their orders.", {"user_id": _s(_USER_ID)}),
+    function_schema("get_user_details", "Get the details of a user, including their orders.",
+                    {"user_id": _s(_USER_ID)}),
     function_schema(
         "list_all_product_types",
         "List the name and product id of all product types. Each product type has a variety of different items with "
@@ -275,9 +277,11 @@ TOOL_SCHEMAS: list[dict] = [
         "only be called once. The agent needs to explain the exchange detail and ask for explicit user confirmation "
         "(yes/no) to proceed.",
         {"order_id": _s(_ORDER_ID),
-         "item_ids": _ids("The item ids to be modified, each such as '1008292230'. There could be duplicate items in the list."),
-         "new_item_ids": _ids("The item ids to be modified for, each such as '1008292230'. There could be duplicate items in "
-                              "the list. Each new item id should match the item id in the same position and be of the same product."),
+         "item_ids": _ids("The item ids to be modified, each such as '1008292230'. There could be duplicate items "
+                          "in the list."),
+         "new_item_ids": _ids("The item ids to be modified for, each such as '1008292230'. There could be duplicate "
+                              "items in the list. Each new item id should match the item id in the same position and "
+                              "be of the same product."),
          "payment_method_id": _s(_PAYMENT_ID)},
     ),
     function_schema(
@@ -298,7 +302,8 @@ TOOL_SCHEMAS: list[dict] = [
         "needs to explain the return detail and ask for explicit user confirmation (yes/no) to proceed. The user will "
         "receive follow-up email for how and where to return the item.",
         {"order_id": _s(_ORDER_ID),
-         "item_ids": _ids("The item ids to be returned, each such as '1008292230'. There could be duplicate items in the list."),
+         "item_ids": _ids("The item ids to be returned, each such as '1008292230'. There could be duplicate items "
+                          "in the list."),
          "payment_method_id": _s("The payment method id to receive the refund, such as 'gift_card_0000000' or "
                                  "'credit_card_0000000'. These can be looked up from the user or order details.")},
     ),
@@ -487,7 +492,8 @@ class RetailTools(Toolkit):
             return str(round(float(value), 2))
         except ToolError:
             raise
-        except (SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError, RecursionError, MemoryError) as exc:
+        except (SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError, RecursionError,
+                MemoryError) as exc:
             raise ToolError(f"Invalid expression: {type(exc).__name__}") from None
 
     def transfer_to_human_agents(self, summary: str) -> str:
@@ -639,7 +645,8 @@ class RetailTools(Toolkit):
         # The reference records the unrounded difference and, for every modified item, the price and
         # options of the *last* new variant it checked: reproduced on purpose (gold states depend on it).
         order.payment_history.append(OrderPayment(
-            transaction_type="payment" if diff > 0 else "refund", amount=abs(diff), payment_method_id=payment_method_id))
+            transaction_type="payment" if diff > 0 else "refund", amount=abs(diff),
+            payment_method_id=payment_method_id))
         if isinstance(method, GiftCard):
             method.balance = round(method.balance - diff, 2)
             self.touched_users.add(order.user_id)
@@ -713,7 +720,7 @@ def run_actions(db: RetailDB, actions: list[dict]) -> tuple[RetailTools, list[di
             tools.call(name, action.get("arguments") or {})
         except ToolError as exc:
             error = str(exc)
-        except Exception as exc:  # noqa: BLE001 - a malformed gold action is reported, never fatal
+        except Exception as exc:  # a malformed gold action is reported, never fatal
             error = f"{type(exc).__name__}: {exc}"
         else:
             continue

@@ -41,11 +41,13 @@ import math
 import random
 import re
 import string
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from acl_lib.chat import format_tool_call
+from acl_lib.config import WorldsConfig
 from acl_lib.envs.base import Environment, Task, ToolEpisode, ToolError, function_schema
 from acl_lib.envs.retrievers import BM25Retriever, HTTPRetriever
 
@@ -522,8 +524,6 @@ class SearchEnv(Environment):
     splits: dict[str, str | None] = {"train": None, "test": "nq", "single_hop": "single_hop", "multi_hop": "multi_hop"}
 
     def __init__(self, worlds=None, seed: int = 0):
-        from acl_lib.config import WorldsConfig
-
         self.worlds = worlds if worlds is not None else WorldsConfig()
         self.seed = seed
         self.topk = self.worlds.search_topk

@@ -58,8 +58,10 @@ DEFAULT_DEVICE: dict[str, Any] = {
     "wifi_calling_enabled": False, "wifi_calling_mms_over_wifi": False, "data_saver_mode": False,
     "vpn_enabled_setting": False, "vpn_connected": False, "vpn_details": None,
     "app_statuses": {
-        "messaging": {"app_name": "messaging", "permissions": {"sms": True, "storage": True, "phone": True, "network": False}},
-        "browser": {"app_name": "browser", "permissions": {"sms": False, "storage": True, "phone": False, "network": True}},
+        "messaging": {"app_name": "messaging",
+                      "permissions": {"sms": True, "storage": True, "phone": True, "network": False}},
+        "browser": {"app_name": "browser",
+                    "permissions": {"sms": False, "storage": True, "phone": False, "network": True}},
     },
 }
 DEFAULT_SURROUNDINGS: dict[str, Any] = {
@@ -128,7 +130,8 @@ PHONE_TOOLS: list[dict] = [
                     "give faster data.",
                     {"mode": {"type": "string", "description": f"One of: {', '.join(NETWORK_MODES)}."}}),
     function_schema("run_speed_test", "Measure your mobile internet download speed.", {}),
-    function_schema("toggle_airplane_mode", "Switch airplane mode on or off (on cuts every radio: cellular, Wi-Fi).", {}),
+    function_schema("toggle_airplane_mode", "Switch airplane mode on or off (on cuts every radio: cellular, Wi-Fi).",
+                    {}),
     function_schema("check_sim_status", "See whether your SIM card is working, missing or locked (PIN/PUK).", {}),
     function_schema("reseat_sim_card", "Take the SIM card out and put it back in.", {}),
     function_schema("toggle_data", "Switch mobile data on or off.", {}),
@@ -210,7 +213,8 @@ class PhoneTools(Toolkit):
 
     def mobile_data_working(self) -> bool:
         d, s = self.device, self.surroundings
-        if d["airplane_mode"] or d["network_signal_strength"] == "none" or d["network_connection_status"] == "no_service":
+        if (d["airplane_mode"] or d["network_signal_strength"] == "none"
+                or d["network_connection_status"] == "no_service"):
             return False
         if s["is_abroad"] and not (d["roaming_enabled"] and s["roaming_allowed"]):
             return False
@@ -293,10 +297,10 @@ class PhoneTools(Toolkit):
         return f"Speed test: {mbps:.2f} Mbps download ({grade})."
 
     def check_sim_status(self) -> str:
-        return {"active": "The SIM card is active and working.", "missing": "No SIM card is detected.",
-                "locked_pin": "The SIM card is locked and asks for its PIN.",
-                "locked_puk": "The SIM card is locked and asks for its PUK code."}.get(self.sim_status(),
-                                                                                      f"SIM status: {self.sim_status()}")
+        messages = {"active": "The SIM card is active and working.", "missing": "No SIM card is detected.",
+                    "locked_pin": "The SIM card is locked and asks for its PIN.",
+                    "locked_puk": "The SIM card is locked and asks for its PUK code."}
+        return messages.get(self.sim_status(), f"SIM status: {self.sim_status()}")
 
     def check_data_restriction_status(self) -> str:
         return f"Data saver mode is {_on_off(self.device['data_saver_mode'])}."

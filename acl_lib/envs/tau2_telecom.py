@@ -41,6 +41,7 @@ from typing import Any
 
 from acl_lib.chat import format_tool_call
 from acl_lib.config import ConfigError
+from acl_lib.envs import llm_user
 from acl_lib.envs.base import Task, ToolError, function_schema, validate_arguments
 from acl_lib.envs.desk import CLOSING, TRANSFER_SCHEMA, Desk, DeskEpisode, Toolkit, db_diff, info_said
 from acl_lib.envs.tau2_phone import PHONE_TOOLS, PhoneTools, phone_db
@@ -50,7 +51,8 @@ FILES = ("db.toml", "user_db.toml", "tasks.json", "main_policy.md", "tech_suppor
 BASIS = ("DB", "ENV_ASSERTION", "ACTION", "COMMUNICATE")
 
 _CUSTOMER = {"customer_id": {"type": "string", "description": "The customer's id, e.g. C1001."}}
-_LINE = {**_CUSTOMER, "line_id": {"type": "string", "description": "The line's id, e.g. L1002 (one of the customer's lines)."}}
+_LINE = {**_CUSTOMER,
+         "line_id": {"type": "string", "description": "The line's id, e.g. L1002 (one of the customer's lines)."}}
 AGENT_TOOLS: list[dict] = [
     function_schema("get_customer_by_phone", "Find the customer with this phone number (their contact number or the "
                     "number of one of their lines).",
@@ -141,7 +143,7 @@ class AgentTools(Toolkit):
         return [c for c in self.db.get("customers", [])
                 if str(c.get("full_name", "")).lower() == full_name.lower() and c.get("date_of_birth") == dob]
 
-    def get_details_by_id(self, id: str) -> dict:  # noqa: A002 - tau2's argument name
+    def get_details_by_id(self, id: str) -> dict:  # tau2's argument name
         tables = {"L": ("lines", "line_id", "Line"), "D": ("devices", "device_id", "Device"),
                   "B": ("bills", "bill_id", "Bill"), "C": ("customers", "customer_id", "Customer with ID"),
                   "P": ("plans", "plan_id", "Plan")}
@@ -614,6 +616,4 @@ class Tau2Telecom:
         return out
 
     def start(self, task: Task, user_sim, max_turns: int = 16):
-        from acl_lib.envs import llm_user
-
         return llm_user.start_episode(task, self.desk, user_sim, max_turns=max_turns)

@@ -32,8 +32,10 @@ from __future__ import annotations
 import copy
 import logging
 import random
+from pathlib import Path
 
 from acl_lib.chat import format_tool_call
+from acl_lib.config import UserSimConfig
 from acl_lib.envs.base import Environment, Task, ToolError, function_schema
 from acl_lib.envs.desk import (
     CLOSING,
@@ -47,6 +49,7 @@ from acl_lib.envs.desk import (
     planned_turn,
     replay_actions,
 )
+from acl_lib.envs.tau2_telecom import Tau2Telecom, expert_plan
 
 log = logging.getLogger(__name__)
 
@@ -204,13 +207,15 @@ class TelecomTools(Toolkit):
 TELECOM_DESK = ReplayDesk(TelecomTools)
 
 
+# (A backslash at a line's end continues the line: the policy's text has no line break there.)
 POLICY = f"""# Mobile support policy
 1. Identify the customer by the phone number of the line first.
 2. Before any change or charge, say what you will do (and the price) and get an explicit yes.
 3. No data abroad: enable roaming if it is off.
 4. No data at home while data is left: reset the APN if it is not "{DEFAULT_APN}".
 5. Data used up: refuel at most {MAX_REFUEL_GB:g} GB at a time, at the plan's price per GB; tell the price.
-6. Slow data: check the network status of the line's area; if there is an outage, tell the expected fix time and change nothing.
+6. Slow data: check the network status of the line's area; if there is an outage, tell the expected fix time and \
+change nothing.
 7. A suspended line is resumed only after every overdue bill is paid; tell the amount paid.
 8. Anything else (porting a number, contracts, refunds): transfer to a human agent."""
 
@@ -257,7 +262,7 @@ def _half(pool: list, split: str) -> list:
 
 
 def _gen_db(rng: random.Random, split: str) -> dict:
-    names = rng.sample([f"{f} {l}" for f in _half(FIRST, split) for l in _half(LAST, split)], rng.randint(2, 3))
+    names = rng.sample([f"{f} {last}" for f in _half(FIRST, split) for last in _half(LAST, split)], rng.randint(2, 3))
     areas = _half(AREAS, split)
     phones = rng.sample(range(1000, 10000), 8)
     db: dict = {"customers": {}, "lines": {}, "bills": {}, "outages": {},
@@ -326,7 +331,8 @@ def _gen_task(rng: random.Random, kind: str, split: str) -> tuple[dict, list[dic
         info = [f"${total:.2f}"]
     elif kind == "port":
         actions = [{"name": "transfer_to_human_agents",
-                    "arguments": {"summary": f"Customer {cid} wants to port {line['phone_number']} to another carrier."},
+                    "arguments": {"summary": f"Customer {cid} wants to port {line['phone_number']} to another "
+                                             "carrier."},
                     "compare_args": []}]
     else:
         raise ValueError(f"unknown telecom task kind {kind!r}")
@@ -365,10 +371,6 @@ class TelecomEnv(Environment):
     def real(self):
         """The real tau2 telecom data (``tau2_telecom.Tau2Telecom``) under ``worlds.data_dir``."""
         if self._real is None:
-            from pathlib import Path
-
-            from acl_lib.envs.tau2_telecom import Tau2Telecom
-
             self._real = Tau2Telecom(Path(self.data_dir) / "telecom")
         return self._real
 
@@ -395,13 +397,12 @@ class TelecomEnv(Environment):
                       "env_assertions": [], "reward_basis": basis}
             out.append(Task(id=f"telecom-{split}-w{self.seed}-s{seed}-{i}", domain="telecom", benchmark="telecom",
                             system_prompt=self.system_prompt, user_prompt=scenario["request"],
-                            tools=copy.deepcopy(self.tool_schemas), answer=answer, meta={**meta, "source": "generated"}))
+                            tools=copy.deepcopy(self.tool_schemas), answer=answer,
+                            meta={**meta, "source": "generated"}))
         return out
 
     def start(self, task: Task, max_turns: int = 16) -> DeskEpisode:
         if (task.meta or {}).get("source") == "tau2":  # its customer is the LLM user simulator, with a phone
-            from acl_lib.config import UserSimConfig
-
             return self.real.start(task, getattr(self.worlds, "user_sim", None) or UserSimConfig(), max_turns=max_turns)
         return DeskEpisode(task, TELECOM_DESK, max_turns=max_turns)
 
@@ -465,7 +466,5 @@ def scripted_expert(task: Task, messages: list[dict]) -> str:
     """The next assistant turn of an agent that knows the task's gold actions (reward 1.0 on every generated task;
     on a real tau2 task, ``tau2_telecom.expert_plan``: the customer must still do its part on its phone)."""
     if (task.meta or {}).get("source") == "tau2":
-        from acl_lib.envs.tau2_telecom import expert_plan
-
         return planned_turn(expert_plan(task), messages)
     return planned_turn(_telecom_plan(task), messages)

@@ -52,7 +52,8 @@ _REQUEST_START = re.compile(
 )
 _YES_NO = re.compile(r"\(\s*yes\s*/\s*no\s*\)|\byes or no\b|\byes/no\b", re.I)
 _AUTH_WORDS = re.compile(
-    r"\bidentif|\bauthenticat|\bverify your\b|\be-?mail\b|\bzip\b|\bpostal\b|\buser[ _]?id\b|\byour name\b|\bfull name\b",
+    r"\bidentif|\bauthenticat|\bverify your\b|\be-?mail\b|\bzip\b|\bpostal\b|\buser[ _]?id\b|\byour name\b"
+    r"|\bfull name\b",
     re.I,
 )
 _CONFIRM_WORDS = re.compile(r"\bconfirm|\bproceed\b|\bgo ahead\b|\bshall i\b|\bshould i\b", re.I)

@@ -1,10 +1,10 @@
 """One evaluation harness for every checkpoint: in-domain and OOD suites, multi-turn episodes, avg@k.
 
-    acl eval --model outputs/mini/seed0/seq_math/model --profile mini [--suites all] [--k 4]
+    evaluate(cfg, model="outputs/mini/seed0/seq_math/model", out_dir=...)
 
-or, from Python, ``evaluate(cfg, model="...", out_dir=...)``. A *policy* turns a batch of
-(task, conversation-so-far) into assistant texts: a HF model (batched ``generate`` on CPU), a vLLM engine
-(the ``paper`` profile), the scripted experts (``--model expert``) or a do-nothing policy
+or from the command line, ``acl eval --model ... --profile mini [--suites all] [--k 4]`` (``acl_lib.cli``).
+A *policy* turns a batch of (task, conversation-so-far) into assistant texts: a HF model (batched ``generate`` on
+CPU), a vLLM engine (the ``paper`` profile), the scripted experts (``--model expert``) or a do-nothing policy
 (``--model null``), all run through the same episodes.
 
 ``acl eval`` writes to a directory of its own (``outputs/eval/<name>-<UTC time>/`` unless ``--out`` says
@@ -27,12 +27,19 @@ import logging
 import os
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
+from datetime import UTC
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
-from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, make_env, scripted_expert
-from acl_lib.envs.base import Episode, Task
 from acl_lib.atomic import atomic_write_text
+from acl_lib.config import Config, UserSimConfig, project_root
+from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, llm_user, make_env, scripted_expert
+from acl_lib.envs.base import Episode, Task
+from acl_lib.eval.turns import TurnGenerator
+from acl_lib.progress import Progress
+from acl_lib.runs import COMPLETE, CONFIG, FAILED, RUNNING
+from acl_lib.seeding import seed_and_threads
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +130,8 @@ class HFPolicy:
 
     def __init__(self, model_dir: str, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
                  batch_size: int = 16, dtype: str = "float32", reuse_kv: bool = True, device: str | None = None):
-        import torch
+        import torch  # torch and transformers load when a model does: importing the harness stays cheap
         from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from acl_lib.eval.turns import TurnGenerator
 
         self.name = str(model_dir)
         self.tok = AutoTokenizer.from_pretrained(model_dir)
@@ -285,9 +290,23 @@ class VLLMPolicy(HFPolicy):
 
             destroy_model_parallel()
             destroy_distributed_environment()
-        except Exception:  # noqa: BLE001 - not installed (tests), or already torn down
+        except Exception:  # not installed (tests), or already torn down
             pass
         release_accelerator_memory()
+
+
+def user_simulator_policy(cfg: UserSimConfig, model: str) -> Policy:
+    """The LLM user simulator's local model (``worlds.user_sim`` backends ``hf`` and ``vllm``, see
+    ``acl_lib.envs.llm_user``): one of these policies, one conversation's turn at a time."""
+    if cfg.backend == "hf":
+        # reuse_kv=False: every simulator prompt is a new message list, a per-episode cache would only grow
+        return HFPolicy(model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype, reuse_kv=False)
+    return VLLMPolicy(model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype)
+
+
+# The environments play the real tau2 tasks' customer with these policies; they sit below this layer, so it hands
+# them the factory (every process that plays an episode with a model has imported this module).
+llm_user.use_local_policy(user_simulator_policy)
 
 
 def make_policy(model: str, cfg) -> Policy:
@@ -425,12 +444,9 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
         log.warning("k=%d with temperature 0 repeats the same greedy sample; using k=1", k)
         k = 1
     benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(suites)
-    from acl_lib.envs.llm_user import preflight
-
-    preflight(cfg.worlds, {b.env for b in benches})  # a missing user simulator fails now, not after math and search
+    # a missing user simulator fails now, not after math and search
+    llm_user.preflight(cfg.worlds, {b.env for b in benches})
     if policy is None and model not in ("expert", "null"):
-        from acl_lib.seeding import seed_and_threads
-
         # The same samples whatever ran before in this process (a notebook trains first, then evaluates).
         seed_and_threads(cfg.seed, cfg.torch_threads)
     own_policy = policy is None  # built here: released here, so the next checkpoint's model finds the memory free
@@ -452,8 +468,6 @@ def evaluate_in_subprocess(cfg, model: str, out_dir: str | os.PathLike, suites: 
     import subprocess
     import sys
     import tempfile
-
-    from acl_lib.config import project_root
 
     spec = {"config": cfg.to_dict(), "model": str(model), "out_dir": str(Path(out_dir).resolve()), "suites": suites,
             "k": k, "benchmarks": benchmarks}
@@ -486,8 +500,6 @@ def _worker_main(argv: list[str] | None = None) -> None:
     import argparse
     import sys
 
-    from acl_lib.config import Config
-
     p = argparse.ArgumentParser(prog="python -m acl_lib.eval.harness")
     p.add_argument("--job", required=True, help="JSON written by evaluate_in_subprocess")
     spec = json.loads(Path(p.parse_args(argv).job).read_text())
@@ -502,8 +514,6 @@ def _worker_main(argv: list[str] | None = None) -> None:
 
 
 def _evaluate(cfg, model, out_dir, suites, k, policy, benches) -> dict:
-    from acl_lib.progress import Progress
-
     out = Path(out_dir)
     (out / "records").mkdir(parents=True, exist_ok=True)
     envs: dict[str, object] = {}
@@ -573,13 +583,11 @@ def default_out_dir(model: str, output_dir: str | os.PathLike = "outputs", now: 
     ``<name>`` is the run for a checkpoint ``<run>/model`` (``seq_math``), else the last path component
     (``Qwen3-8B-Base``, ``expert``). A relative ``output_dir`` is taken from the project root, as the run
     store's. A name already taken (two evaluations in one second) gets ``-2``, ``-3``, ..."""
-    from datetime import datetime, timezone
-
-    from acl_lib.config import project_root
+    from datetime import datetime
 
     p = Path(str(model).rstrip("/"))
     name = p.parent.name if p.name == "model" and p.parent.name else p.name
-    stamp = datetime.fromtimestamp(time.time() if now is None else now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.fromtimestamp(time.time() if now is None else now, UTC).strftime("%Y%m%dT%H%M%SZ")
     root = project_root() / output_dir / "eval"
     out = root / f"{name or 'model'}-{stamp}"
     n = 2
@@ -595,8 +603,6 @@ EVAL_OUTPUTS = {"metrics.json", "records", "eval_config.yaml"}
 def run_dir_holding(path: str | os.PathLike) -> Path | None:
     """The run directory of the run store that ``path`` is, or is inside, or None. A run directory holds a
     marker (COMPLETE.json, RUNNING.json, FAILED.json) or the config.yaml a run writes (``# run <name>: ...``)."""
-    from acl_lib.runs import COMPLETE, CONFIG, FAILED, RUNNING
-
     p = Path(path).expanduser().resolve()
     for d in (p, *p.parents):
         if any((d / m).is_file() for m in (COMPLETE, RUNNING, FAILED)):
@@ -610,7 +616,7 @@ def run_dir_holding(path: str | os.PathLike) -> Path | None:
     return None
 
 
-def _is_model_dir_problem(model: str) -> str | None:
+def model_dir_problem(model: str) -> str | None:
     """Why ``model`` cannot be a checkpoint to load, or None (a local directory that looks like a checkpoint,
     ``expert`` / ``null``, or what can only be a hub id; loading decides the rest)."""
     if model in ("expert", "null"):
@@ -639,7 +645,7 @@ def _is_model_dir_problem(model: str) -> str | None:
     return f"--model {model}: no such directory (give a checkpoint directory, a hub id, 'expert' or 'null')"
 
 
-def _out_problem(out: Path) -> str | None:
+def out_dir_problem(out: Path) -> str | None:
     """Why ``acl eval`` must not write its results to ``out``, or None."""
     run = run_dir_holding(out)
     if run is not None:
@@ -673,67 +679,6 @@ def format_scores(metrics: dict) -> str:
     for key, score in metrics["scores"].items():
         lines.append(f"{key:<12} {score:>7.1f}  {metrics['n_tasks'][key]}")
     return "\n".join(lines)
-
-
-def cli_main(args) -> int:
-    """``acl eval``: args has model, profile, suites, k, out, overrides (``--set``), seed.
-
-    Every check that can fail on the arguments (config, --k, --model, --out) runs before any scoring and exits
-    with code 2 and a one-paragraph message. The results (``metrics.json``, ``records/``, ``eval_config.yaml``)
-    are written into a temporary directory beside ``out`` and renamed into place when complete, so ``out``
-    never mixes the records of one evaluation with the metrics of another.
-    """
-    import yaml
-
-    from acl_lib.atomic import atomic_dir
-    from acl_lib.cli import EXIT_USAGE, _err, _load
-
-    def usage(msg: str) -> None:
-        _err(msg)
-        raise SystemExit(EXIT_USAGE)
-
-    if args.k is not None and args.k < 1:
-        usage(f"--k must be at least 1 (samples per task), got {args.k}")
-    cfg = _load(args.profile, getattr(args, "overrides", None) or [], getattr(args, "seed", None))
-    problem = _is_model_dir_problem(args.model)
-    if problem:
-        usage(problem)
-    out = Path(args.out).expanduser() if getattr(args, "out", None) else default_out_dir(args.model, cfg.output_dir)
-    problem = _out_problem(out)
-    if problem:
-        usage(problem)
-    from acl_lib.config import ConfigError
-    from acl_lib.envs.llm_user import preflight
-
-    try:  # the real desks' user simulator (worlds.user_sim): configured, reachable in principle, key present
-        preflight(cfg.worlds, {b.env for b in benchmarks_for(args.suites or cfg.eval.suites)})
-    except ConfigError as exc:
-        usage(str(exc))
-
-    policy = None
-    if args.model not in ("expert", "null"):
-        from acl_lib.seeding import seed_and_threads
-
-        # as evaluate() does for a model it loads itself: the same samples whatever ran before
-        seed_and_threads(cfg.seed, cfg.torch_threads)
-        try:
-            policy = make_policy(args.model, cfg)
-        except Exception as exc:  # noqa: BLE001 - a bad checkpoint is a usage error, reported in one paragraph
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            usage(f"--model {args.model}: cannot load it as a checkpoint ({type(exc).__name__}: {first})")
-    with atomic_dir(out) as tmp:
-        mask = os.umask(0)
-        os.umask(mask)
-        tmp.chmod(0o777 & ~mask)  # a temporary directory is private; the results are not
-        try:
-            metrics = evaluate(cfg, args.model, tmp, suites=args.suites, k=args.k, policy=policy)
-        finally:
-            if hasattr(policy, "close"):
-                policy.close()
-        (tmp / "eval_config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    print(format_scores(metrics))
-    print(f"metrics: {out / 'metrics.json'}  records: {out / 'records'}  ({metrics['elapsed_s']:.1f} s)")
-    return 0
 
 
 if __name__ == "__main__":

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import math
 
+from acl_lib.envs import BENCHMARKS, scripted_expert
+from acl_lib.eval.harness import world
+
 
 def expert_needs(cfg, tokenizer, benchmarks: list[str], turn_margin: int, token_margin: float) -> list[dict]:
     """Per benchmark: the scripted expert driven through the tasks the evaluator scores, with no limit that binds
     (64 turns); its assistant turns per episode and the tokens of each turn (+ 1 for the end-of-turn token a
     model must also write), and the limits that follow: the longest episode plus ``turn_margin`` turns, the
     longest turn times (1 + ``token_margin``), rounded up."""
-    from acl_lib.envs import BENCHMARKS, scripted_expert
-    from acl_lib.eval.harness import world
-
     rows, envs = [], {}
     for key in benchmarks:
         b = BENCHMARKS[key]

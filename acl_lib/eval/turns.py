@@ -9,7 +9,8 @@ model generated (a tool call re-serialised from parsed JSON, for instance; match
 result exact whatever the template does).
 
 A call batches rows into chunks of ``batch_size`` (sorted by the number of new tokens, so rows of a chunk need
-little padding) and runs ``model.generate`` on each chunk with a ``StaticCache`` pre-filled from the rows' cached prefixes:
+little padding) and runs ``model.generate`` on each chunk with a ``StaticCache`` pre-filled from the rows' cached
+prefixes:
 
     row i:  [pad .. pad | cached prefix (c_i) | pad .. pad | new tokens (s_i)] -> generate
              <---------- C = max c_i -------->  <------ S = max s_i ------->
@@ -33,14 +34,14 @@ which no one knows in advance.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Sequence
 
 
 @dataclass
 class _Entry:
     ids: list[int]  # the tokens whose keys/values are in ``kv``
-    kv: list[tuple["object", "object"]]  # per layer (keys, values), each (kv_heads, len(ids), head_dim)
+    kv: list[tuple[object, object]]  # per layer (keys, values), each (kv_heads, len(ids), head_dim)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

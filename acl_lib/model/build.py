@@ -6,22 +6,25 @@
   that load Qwen3-8B-Base in the paper profile, plus the chat conventions the trainers need.
 - ``save(model, tokenizer, directory)``: ``save_pretrained`` of both into one directory.
 - ``base_corpus(cfg)``: chat-rendered text the tokenizer is trained on (and, later, the base pretrained on).
-- ``build_base(cfg)``: the pipeline step of notebook 00, a run under ``outputs/<profile>/seed<k>/base/``.
+
+Building the base as a run of the run store (train the tokenizer, build, pretrain, evaluate) is the pipeline's
+step ``acl_lib.pipeline.build_base``; this module only constructs and loads models.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from acl_lib.config import Config, ModelConfig
+from acl_lib.model import base_checkpoint  # noqa: F401  (public here too)
 from acl_lib.model.chat_template import IM_END, PAD_TOKEN, RESPONSE_TEMPLATE, render_chat
-from acl_lib.model.tokenizer import train_tokenizer
+from acl_lib.model.corpus import base_corpus as corpus_with_counts
+from acl_lib.model.tokenizer import train_tokenizer  # noqa: F401  (public here too: the base builder uses it)
 
 # --- model ---------------------------------------------------------------------------------------------
 
@@ -171,104 +174,5 @@ def placeholder_corpus(n: int, seed: int = 0) -> list[str]:
 
 
 def base_corpus(cfg: Config) -> list[str]:
-    """The documents the tokenizer is trained on and the base is pretrained on (see ``acl_lib.corpus``)."""
-    from acl_lib.corpus import base_corpus as corpus
-
-    return corpus(cfg)[0]
-
-
-# --- the pipeline step ---------------------------------------------------------------------------------
-
-
-def base_checkpoint(cfg: Config) -> str:
-    """Where the base checkpoint lives: the hub id / directory in ``model.base_model``, or the
-    directory ``build_base`` writes (``outputs/<profile>/seed<k>/base/model``)."""
-    return cfg.model.base_model or str(cfg.seed_dir() / "base" / "model")
-
-
-def build_base(cfg: Config, evaluate: bool = True) -> str:
-    """Notebook 00: make the base checkpoint every stage starts from. Returns ``base_checkpoint(cfg)``.
-
-    - ``model.base_model`` set (paper): record the hub id / path in ``base/base.json``; nothing is
-      trained or downloaded.
-    - ``pretrain.source: shipped`` (mini): check the shipped base against its model card (sha256,
-      architecture), copy it to ``base/model/`` and record the card in ``base/base.json``.
-    - otherwise (smoke, or mini with ``pretrain.source=pretrain``): train the tokenizer on ``base_corpus(cfg)``, build the Qwen3 model, save
-      both to ``base/model/`` (written atomically, so it never looks complete half-written), and record
-      timings, sizes and corpus stats in ``base/base.json``.
-
-    A complete run with the same ``model`` / ``pretrain`` / ``worlds`` config is skipped. With ``evaluate``
-    the base is then scored on the whole suite by its own run, ``base/eval`` (``metrics.json``).
-    """
-    from acl_lib.model import base_run
-    from acl_lib.runs import run_once
-
-    run = base_run(cfg)
-
-    def step(run) -> None:
-        from acl_lib.corpus import base_corpus as corpus_with_counts
-        from acl_lib.train.launcher import launch
-
-        if cfg.model.base_model:
-            run.write_json("base.json", {"base_model": cfg.model.base_model, "built_here": False})
-            return
-        if cfg.pretrain.source == "shipped":
-            import shutil
-
-            from acl_lib.model.shipped import shipped_dir, verify
-
-            card = verify(cfg)
-            with run.atomic_dir("model") as tmp:
-                shutil.copytree(shipped_dir(cfg), tmp, dirs_exist_ok=True)
-            run.write_json("base.json", {"base_model": base_checkpoint(cfg), "built_here": False,
-                                         "shipped_from": str(shipped_dir(cfg)), "card": card})
-            run.logger.info("base: the shipped checkpoint %s (sha256 %s, checked)", shipped_dir(cfg), card["sha256"])
-            return
-        from acl_lib.seeding import seed_and_threads
-
-        seed_and_threads(cfg.seed, cfg.torch_threads)
-        t0 = time.perf_counter()
-        corpus, sources = corpus_with_counts(cfg)
-        t1 = time.perf_counter()
-        tokenizer = train_tokenizer(corpus, cfg.model.vocab_size, model_max_length=cfg.model.max_position_embeddings)
-        t2 = time.perf_counter()
-        model = build_model(cfg.model, tokenizer)
-        # The initialised model (what pretraining starts from) is kept beside the pretrained one.
-        with run.atomic_dir("init") as tmp:
-            save(model, tokenizer, tmp)
-        t3 = time.perf_counter()
-        if cfg.pretrain.enabled and cfg.pretrain.max_steps > 0:
-            corpus_file = run.path / "corpus.jsonl"
-            with open(corpus_file, "w") as f:
-                for doc in corpus:
-                    f.write(json.dumps({"text": doc}) + "\n")
-            run.checkpoint_dir()  # marks checkpoints/ with this run's hash before the trainer writes there
-            launch(cfg, "pretrain", run.path, model_dir=str(run.path / "init"), corpus=str(corpus_file))
-        else:
-            with run.atomic_dir("model") as tmp:
-                save(model, tokenizer, tmp)
-        t4 = time.perf_counter()
-        # Token counts straight from the Rust tokenizer (batched; no max-length warnings for long episodes).
-        lengths = [len(e.ids) for e in tokenizer.backend_tokenizer.encode_batch(corpus)]
-        info = {
-            "base_model": base_checkpoint(cfg),
-            "built_here": True,
-            "vocab_size": len(tokenizer),
-            "parameters": count_parameters(model),
-            "corpus_sources": sources,
-            "corpus_docs": len(corpus),
-            "corpus_chars": sum(len(d) for d in corpus),
-            "corpus_tokens": sum(lengths),
-            "corpus_max_doc_tokens": max(lengths),
-            "seconds": {"corpus": t1 - t0, "tokenizer": t2 - t1, "model": t3 - t2, "pretrain": t4 - t3},
-        }
-        run.write_json("base.json", info)
-        run.logger.info("base model: %s", info)
-
-    run_once(run, step)
-    if evaluate:
-        from acl_lib.eval.harness import evaluate as score
-        from acl_lib.pipeline import eval_run
-
-        run_once(eval_run(cfg, run), lambda r: score(cfg, base_checkpoint(cfg), r.path, suites="all"))
-    return base_checkpoint(cfg)
+    """The documents the tokenizer is trained on and the base is pretrained on (see ``acl_lib.model.corpus``)."""
+    return corpus_with_counts(cfg)[0]

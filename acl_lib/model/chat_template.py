@@ -116,7 +116,7 @@ CHAT_TEMPLATE = r"""
 {%- endfor -%}
 
 {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
-"""
+"""  # noqa: E501 - the tool instructions are single Jinja literals: wrapping them would change the template
 
 # The parser spec ``tokenizer.parse_response`` runs (transformers >= 5.13 ``response_template`` format).
 # ``start_anchor``: generation starts after the last assistant header of the prompt. Text outside tool-call

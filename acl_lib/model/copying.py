@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import random
 
+from acl_lib.envs import make_env
+
 
 def word_lists(words: list[str], n: int, length: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
@@ -27,8 +29,6 @@ def word_lists(words: list[str], n: int, length: int, seed: int = 0) -> list[str
 
 def world_word_lists(cfg, n: int = 30, length: int = 20) -> list[str]:
     """``n`` lists of ``length`` words (names, numbers, places) from the search world of ``cfg.worlds``."""
-    from acl_lib.envs import make_env
-
     env = make_env("search", cfg.worlds, seed=cfg.worlds.seed)
     words = sorted({w.strip('.,"') for d in env.documents for w in d["contents"].split()} - {""})
     return word_lists(words, n, length)

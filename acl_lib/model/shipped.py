@@ -86,10 +86,11 @@ def render_card(card: dict) -> str:
         "# mini base: the pretrained starting point of the mini profile",
         "",
         f"A {card['parameters']:,}-parameter `Qwen3ForCausalLM` (hidden {m['hidden_size']}, {m['num_hidden_layers']} "
-        f"layers, {m['num_attention_heads']} heads / {m['num_key_value_heads']} KV heads of {m['head_dim']}, byte-level "
-        f"BPE of {card['vocab_size']} tokens with the Qwen3 chat convention), pretrained by the suite's own recipe "
-        "on the mini worlds. `make run` (profile `mini`) starts every stage from it, as the paper profile starts "
-        "from Qwen3-8B-Base. Notebook 00 checks the weights' sha256 against this card before using them.",
+        f"layers, {m['num_attention_heads']} heads / {m['num_key_value_heads']} KV heads of {m['head_dim']}, "
+        f"byte-level BPE of {card['vocab_size']} tokens with the Qwen3 chat convention), pretrained by the suite's own "
+        "recipe on the mini worlds. `make run` (profile `mini`) starts every stage from it, as the paper profile "
+        "starts from Qwen3-8B-Base. The base-model step (`build_base`) checks the weights' sha256 against this card "
+        "before using them.",
         "",
         "## How it was built",
         "",

@@ -24,6 +24,10 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from acl_lib.atomic import atomic_dir, write_json
+from acl_lib.progress import Progress
+from acl_lib.seeding import threads_per_rank
+
 # Set by the launcher in every worker process of a multi-process / multi-node job: the DeepSpeed config the
 # trainers pass to ``TrainingArguments(deepspeed=...)``. Unset in-process.
 DS_CONFIG_ENV = "ACL_DEEPSPEED_CONFIG"
@@ -61,8 +65,6 @@ def set_threads(cfg) -> None:
     down several-fold; a single thread per rank starves the CPU-side work of a GPU job (data collation, tokenising,
     the reward functions, the environments' tool calls)."""
     import torch
-
-    from acl_lib.seeding import threads_per_rank
 
     torch.set_num_threads(threads_per_rank(cfg.torch_threads))
 
@@ -185,8 +187,6 @@ def show_progress(trainer, desc: str):
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from transformers.utils.notebook import NotebookProgressCallback
 
-    from acl_lib.progress import Progress
-
     class ProgressLine(TrainerCallback):
         def __init__(self):
             self.bar = None
@@ -261,8 +261,6 @@ def save_final_model(trainer, tokenizer, out_dir, rel: str = "model") -> Path:
     Every process calls this: under ZeRO-3 ``save_model`` gathers the sharded weights (a collective); only the
     main process writes, through ``atomic_dir`` so a crash never leaves a half-written model looking done.
     """
-    from acl_lib.atomic import atomic_dir
-
     main = trainer.is_world_process_zero()
     ctx = atomic_dir(Path(out_dir) / rel) if main else nullcontext(None)
     with ctx as tmp:
@@ -281,7 +279,7 @@ def save_final_model(trainer, tokenizer, out_dir, rel: str = "model") -> Path:
 def load_model_and_tokenizer(model_dir: str | Path, cfg=None):
     """``(model, tokenizer)`` from a saved directory or hub id, in ``cfg.model.dtype``, with the chat
     conventions the trainers rely on (eos ``<|im_end|>``, left padding, response template)."""
-    from acl_lib.model import load_model_and_tokenizer as load
+    from acl_lib.model.build import load_model_and_tokenizer as load  # torch and transformers: loaded with a model
 
     return load(model_dir, dtype=cfg.model.dtype if cfg is not None else "float32")
 
@@ -289,8 +287,6 @@ def load_model_and_tokenizer(model_dir: str | Path, cfg=None):
 def write_summary(trainer, out_dir, summary: dict) -> dict:
     """Write ``<out_dir>/train_summary.json`` (main process) and return the summary."""
     if trainer.is_world_process_zero():
-        from acl_lib.atomic import write_json
-
         write_json(Path(out_dir) / TRAIN_SUMMARY, summary)
     return summary
 
@@ -298,7 +294,5 @@ def write_summary(trainer, out_dir, summary: dict) -> dict:
 def write_summary_main(summary: dict, out_dir) -> dict:
     """Write ``<out_dir>/train_summary.json`` from the main process (no trainer at hand) and return it."""
     if is_main_process():
-        from acl_lib.atomic import write_json
-
         write_json(Path(out_dir) / TRAIN_SUMMARY, summary)
     return summary

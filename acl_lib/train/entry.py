@@ -6,14 +6,21 @@
 
 ``launcher.launch`` writes ``job.json`` (resolved config, job name, JSON arguments, output directory)
 and starts this module under ``deepspeed`` / ``accelerate launch``; it can also be run by hand with a config
-file (YAML or JSON of a resolved ``Config``) and a job name. Heavy imports happen in ``main`` only.
+file (YAML or JSON of a resolved ``Config``) and a job name. Heavy imports happen in the job's function only.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
+
+import yaml
+
+from acl_lib.config import Config
+from acl_lib.train import launcher
+from acl_lib.train.common import DS_CONFIG_ENV
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,18 +34,9 @@ def main(argv: list[str] | None = None) -> None:
                    "DeepSpeed's runner does not forward every environment variable to the other nodes)")
     a = p.parse_args(argv)
     if a.deepspeed_config:
-        import os
-
-        from acl_lib.train.common import DS_CONFIG_ENV
-
         if not Path(a.deepspeed_config).is_file():
             p.error(f"--deepspeed-config {a.deepspeed_config}: no such file on this node")
         os.environ[DS_CONFIG_ENV] = a.deepspeed_config  # read by common.trainer_kwargs
-
-    import yaml
-
-    from acl_lib.config import Config
-    from acl_lib.train.launcher import job_function
 
     if a.job_file:
         spec = json.loads(Path(a.job_file).read_text())
@@ -51,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         job, args = a.job, json.loads(a.args)
     else:
         p.error("give --job-file, or --config with --job")
-    job_function(job)(cfg, out_dir=out_dir, **args)
+    launcher.job_function(job)(cfg, out_dir=out_dir, **args)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ tokens per single-turn completion, ``max_episode_tokens`` per multi-turn rollout
 completion whole: policy + observation tokens of every turn; each turn is also capped at
 ``cfg.grpo.max_new_tokens``). A training episode may take ``cfg.grpo.max_turns`` assistant turns (the
 profiles set these to the evaluation limits, so a stage never trains for conversations it may not finish at
-test time, nor stops short of them; they are training keys so that re-scoring never retrains). A rollout cut off by a budget scores 0
-and stays in the loss (TRL's ``mask_truncated_completions`` is off): the policy learns to finish in budget.
+test time, nor stops short of them; they are training keys so that re-scoring never retrains). A rollout cut off
+by a budget scores 0 and stays in the loss (TRL's ``mask_truncated_completions`` is off): the policy learns to
+finish in budget.
 
 Writes into ``out_dir``: ``train_log.jsonl`` (per step: reward, reward_std, loss, completion length,
 wall time, generated tokens/s), ``train_summary.json``, checkpoints under ``<out_dir>/checkpoints`` (a crashed job
@@ -24,7 +25,8 @@ import os
 import time
 from pathlib import Path
 
-from acl_lib.train import common
+from acl_lib.eval.harness import stop_token_ids
+from acl_lib.train import common, trl_env
 
 
 def vllm_kwargs(cfg, multi_turn: bool, stop_ids: list[int] | None) -> dict:
@@ -77,8 +79,6 @@ def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks
     """
     from trl import GRPOTrainer
 
-    from acl_lib.train import trl_env
-
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func / environment_factory are "experimental"
     if model is None:
         model, tok = common.load_model_and_tokenizer(model_dir, cfg)
@@ -87,8 +87,6 @@ def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks
     else:
         tok = tokenizer
     multi = trl_env.is_multi_turn(tasks)
-    from acl_lib.eval.harness import stop_token_ids
-
     args = grpo_args(cfg, out_dir, multi_turn=multi, stop_ids=stop_token_ids(tok))
     data = trl_env.grpo_dataset(tasks)
     if multi:
@@ -111,8 +109,6 @@ def train_grpo(cfg, model_dir: str | Path, domain: str, out_dir: str | Path, env
     ``env`` / ``tasks`` default to the domain's world (``cfg.worlds``) and its first ``cfg.worlds.n_train``
     training tasks; pass them to train on something else (tests, ablations).
     """
-    from acl_lib.train import trl_env
-
     common.set_threads(cfg)
     env = env if env is not None else trl_env.make_env(domain, cfg)
     tasks = tasks if tasks is not None else env.tasks("train", cfg.worlds.n_train, seed=cfg.seed)

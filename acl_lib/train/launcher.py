@@ -22,6 +22,7 @@ of the run store: whoever owns ``out_dir`` marks and cleans it.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shlex
@@ -31,36 +32,33 @@ import subprocess
 import sys
 from pathlib import Path
 
+from acl_lib.config import project_root
+from acl_lib.seeding import threads_per_rank
 from acl_lib.train.common import DS_CONFIG_ENV, TRAIN_SUMMARY
 
 CONFIG_DIR = Path(__file__).parent / "deepspeed_configs"
 LAUNCH_DIR = "launch"
 
 
+# job name -> "module:function" (resolved when the job runs: the consolidations sit above this layer and are
+# never imported here). MLE's experts are adapters on a frozen backbone.
+JOBS = {
+    "pretrain": "acl_lib.train.pretrain:train_pretrain",
+    "sft": "acl_lib.train.sft:train_sft",
+    "grpo": "acl_lib.train.grpo:train_grpo",
+    "mmopd": "acl_lib.consolidate.mmopd:train_mmopd",
+    "lora_sft": "acl_lib.consolidate.mle.experts:train_lora_sft",
+    "lora_grpo": "acl_lib.consolidate.mle.experts:train_lora_grpo",
+}
+
+
 def job_function(job: str):
-    """The library function of a job name: ``pretrain``, ``sft``, ``grpo``, ``mmopd`` (distillation), ``lora_sft``
-    and ``lora_grpo`` (MLE's experts)."""
-    if job == "pretrain":
-        from acl_lib.train.pretrain import train_pretrain
-
-        return train_pretrain
-    if job == "sft":
-        from acl_lib.train.sft import train_sft
-
-        return train_sft
-    if job == "grpo":
-        from acl_lib.train.grpo import train_grpo
-
-        return train_grpo
-    if job == "mmopd":
-        from acl_lib.consolidate.mmopd import train_mmopd
-
-        return train_mmopd
-    if job in ("lora_sft", "lora_grpo"):  # MLE's experts: an adapter on a frozen backbone
-        from acl_lib.consolidate import mle
-
-        return mle.train_lora_sft if job == "lora_sft" else mle.train_lora_grpo
-    raise ValueError(f"unknown job '{job}'; jobs are pretrain, sft, grpo, mmopd, lora_sft, lora_grpo")
+    """The library function of a job name (``JOBS``): ``pretrain``, ``sft``, ``grpo``, ``mmopd`` (distillation),
+    ``lora_sft`` and ``lora_grpo`` (MLE's experts)."""
+    if job not in JOBS:
+        raise ValueError(f"unknown job '{job}'; jobs are {', '.join(JOBS)}")
+    module, name = JOBS[job].split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def deepspeed_config(cfg) -> Path:
@@ -109,7 +107,8 @@ def worker_env(cfg, ds_config: Path) -> dict:
     if "OMP_NUM_THREADS" in os.environ:  # the user's own cap wins
         env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
     # Workers import acl_lib from this checkout even when it is not pip-installed.
-    env["PYTHONPATH"] = env["PYTHONPATH"] + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = env["PYTHONPATH"] + (os.pathsep + os.environ["PYTHONPATH"]
+                                             if os.environ.get("PYTHONPATH") else "")
     return env
 
 
@@ -119,8 +118,6 @@ def job_env(cfg, ds_config: Path) -> dict[str, str]:
     over its ``launcher.num_processes`` ranks). With ``torch_threads: 0`` (all cores) no count is written here,
     where the launching machine may be a login node: each worker sets torch's threads from its own node's cores
     (``common.set_threads``)."""
-    from acl_lib.seeding import threads_per_rank
-
     root = str(Path(__file__).resolve().parents[2])
     env = {DS_CONFIG_ENV: str(ds_config), "PYTHONPATH": root, "TOKENIZERS_PARALLELISM": "false",
            "TRL_EXPERIMENTAL_SILENCE": "1"}
@@ -152,8 +149,6 @@ def env_file(cfg, ds_config: Path, path: Path) -> Path:
 def hostfile_path(cfg) -> Path | None:
     """``launcher.hostfile`` as an absolute path (a relative one is taken from the suite's checkout, as the run
     store's ``output_dir`` is: a notebook in JupyterLab runs in ``notebooks/``), or None when unset."""
-    from acl_lib.config import project_root
-
     if not cfg.launcher.hostfile:
         return None
     p = Path(cfg.launcher.hostfile).expanduser()
@@ -221,22 +216,6 @@ def _run_logged(cmd: list[str], env: dict, log: Path) -> None:
         raise RuntimeError(f"training job failed (exit {proc.returncode}); last lines of {log}:\n{tail}")
 
 
-def write_memory_plan(cfg, out_dir, model_dir, n_teachers: int) -> Path:
-    """``<out_dir>/launch/memory_plan.md`` (and ``.json``): the per-GPU memory of a distillation job's student and
-    teachers for ``cfg.launcher`` and ``cfg.mmopd.teacher_placement`` (``consolidate.mmopd.memory_plan``), sized
-    from the student checkpoint's tensor headers."""
-    from acl_lib.consolidate.mmopd import memory_plan, render_memory_plan
-    from acl_lib.diagnostics.weights import checkpoint_parameter_count
-
-    plan = memory_plan(cfg, checkpoint_parameter_count(model_dir), n_teachers)
-    d = Path(out_dir) / LAUNCH_DIR
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "memory_plan.json").write_text(json.dumps(plan, indent=2) + "\n")
-    path = d / "memory_plan.md"
-    path.write_text(render_memory_plan(plan))
-    return path
-
-
 def launch(cfg, job: str, out_dir, **job_args) -> dict:
     """Run ``job`` (``pretrain`` / ``sft`` / ``grpo``) into ``out_dir`` as ``cfg.launcher.mode`` says.
 
@@ -244,8 +223,6 @@ def launch(cfg, job: str, out_dir, **job_args) -> dict:
     """
     mode = cfg.launcher.mode
     fn = job_function(job)  # fail on a bad job name before anything is written
-    if job == "mmopd":  # one student and its teachers on every GPU: the plan is written before any weight loads
-        write_memory_plan(cfg, out_dir, job_args["student_dir"], len(job_args["teacher_dirs"]))
     if mode == "in_process":
         return fn(cfg, out_dir=out_dir, **job_args)
     job_file = write_job(cfg, job, out_dir, job_args)

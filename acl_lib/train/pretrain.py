@@ -29,6 +29,7 @@ import random
 import time
 from pathlib import Path
 
+from acl_lib.model.copying import copy_gain, echo_documents, induction_blocks, world_word_lists
 from acl_lib.train import common
 
 WARMUP_DIR = "checkpoints/copy_warmup"
@@ -70,8 +71,6 @@ def copy_token_ids(tokenizer) -> list[int]:
 def copy_gain_callback(cfg, tokenizer, every: int):
     """A ``TrainerCallback`` that adds ``copy_gain`` (nats) to the log record every ``every`` steps."""
     from transformers import TrainerCallback
-
-    from acl_lib.model.copying import copy_gain, world_word_lists
 
     lists = world_word_lists(cfg, n=10)
 
@@ -128,8 +127,6 @@ def _train(cfg, model, tok, blocks, out_dir: Path, *, max_steps, batch_size, lr,
 def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, out_dir: str | Path) -> dict:
     """Pretrain the model in ``model_dir`` (copy warm-up, then the corpus) into ``<out_dir>/model``; returns the
     summary (with the warm-up's under ``copy_warmup``)."""
-    from acl_lib.model.copying import echo_documents, induction_blocks
-
     common.set_threads(cfg)
     p = cfg.pretrain
     out_dir = Path(out_dir)

@@ -4,8 +4,9 @@
     summary = train_sft(cfg, model_dir, rows, out_dir)
 
 ``collect_demos`` drives one episode per task with a teacher policy (the world's ``scripted_expert`` at mini
-scale; any callable ``(task, messages) -> text``, or a model through the evaluator's cached ``HFPolicy``) and keeps a trajectory only if it scored reward 1.0 with no
-protocol error (malformed / unknown / badly-argued tool calls). Kept episodes become chat rows for
+scale; any callable ``(task, messages) -> text``, or a model through the evaluator's cached ``HFPolicy``) and
+keeps a trajectory only if it scored reward 1.0 with no protocol error (malformed / unknown / badly-argued tool
+calls). Kept episodes become chat rows for
 ``SFTTrainer``: ``messages`` as the episode keeps them (assistant ``tool_calls`` with JSON-string
 ``arguments``, ``tool`` results, simulated-user turns) and ``tools`` as a JSON string. Both are strings on
 purpose: Arrow merges dict columns across rows into one struct, so a dict-valued row would render with the
@@ -23,10 +24,11 @@ import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from acl_lib.envs.base import Environment, Task
+from acl_lib.eval.harness import run_episodes
 from acl_lib.train import common
 
 logger = logging.getLogger("acl.train.sft")
@@ -63,8 +65,6 @@ def collect_demos(env: Environment, policy: TeacherPolicy, tasks: list[Task], ma
     ``num_demos`` rows were kept (all tasks when None). Returns ``(rows, stats)``; ``stats`` counts episodes
     tried / kept and the failure reasons of the rejected ones.
     """
-    from acl_lib.eval.harness import run_episodes
-
     batch_policy = policy if batched else (lambda batch: [policy(task, messages) for task, messages in batch])
     rows, reasons = [], Counter()
     tried = 0

@@ -28,7 +28,10 @@ import shutil
 from pathlib import Path
 
 from acl_lib.atomic import atomic_dir, write_json
-from acl_lib.train import common
+from acl_lib.envs import STAGE_ENV, scripted_expert
+from acl_lib.train import common, sft
+from acl_lib.train.launcher import launch
+from acl_lib.train.trl_env import make_env
 
 SFT_DIR = "checkpoints/sft"
 logger = logging.getLogger("acl.train.stage")
@@ -42,11 +45,6 @@ def demo_tasks(env, cfg):
 
 def cold_start(cfg, domain: str, init_model_dir: str, out_dir: str | Path) -> str:
     """Rejection-sampled SFT from the scripted expert into ``<out_dir>/checkpoints/sft``; returns its model dir."""
-    from acl_lib.envs import STAGE_ENV, scripted_expert
-    from acl_lib.train import sft
-    from acl_lib.train.launcher import launch
-    from acl_lib.train.trl_env import make_env
-
     sft_dir = Path(out_dir) / SFT_DIR
     model = sft_dir / "model"
     if model.exists():  # finished before a restart of this run (same config: the run store kept it)
@@ -63,8 +61,6 @@ def cold_start(cfg, domain: str, init_model_dir: str, out_dir: str | Path) -> st
 
 def run_stage(cfg, domain: str, init_model_dir: str | Path, out_dir: str | Path) -> dict:
     """Train stage ``domain`` from ``init_model_dir`` into ``<out_dir>/model``; returns ``stage.json``'s content."""
-    from acl_lib.train.launcher import launch
-
     out_dir = Path(out_dir)
     start = str(init_model_dir)
     info: dict = {"domain": domain, "init_model": start, "cold_start": bool(cfg.pipeline.cold_start.get(domain))}

@@ -35,19 +35,21 @@ real episodes with the scripted expert through the very code the trainer runs.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
+from acl_lib.envs import STAGE_ENV
+from acl_lib.envs import make_env as make_world
 from acl_lib.envs.base import Environment, Episode, Task
+from acl_lib.eval.turns import TurnGenerator
+
 
 def make_env(domain: str, cfg) -> Environment:
     """The world of a training stage (``math``/``search``/``ecom``/``if``) or environment name, built from
     ``cfg.worlds`` with the world seed ``cfg.worlds.seed``, exactly as evaluation builds it (the training
     seed ``cfg.seed`` only changes which training tasks are drawn and how the model samples)."""
-    from acl_lib.envs import STAGE_ENV
-    from acl_lib.envs import make_env as make
-
-    return make(STAGE_ENV.get(domain, domain), cfg.worlds, seed=cfg.worlds.seed)
+    return make_world(STAGE_ENV.get(domain, domain), cfg.worlds, seed=cfg.worlds.seed)
 
 
 # --- datasets ----------------------------------------------------------------------------------------
@@ -315,8 +317,6 @@ def hf_policy(trainer) -> Policy:
     that came after the policy's last tokens. Call inside ``unwrap_model_for_generation`` (``EpisodeRollout``
     does); make one per rollout call: the weights change between calls, the caches must not outlive them.
     """
-    from acl_lib.eval.turns import TurnGenerator
-
     tok = trainer.processing_class
     state: dict = {}
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Callable
+import sys
+from collections.abc import Callable
 
 from acl_lib.config import Config
 from acl_lib.envs import STAGE_ENV, make_env, scripted_expert
 from acl_lib.envs.base import Task
+from acl_lib.model.chat_template import render_chat
 
 _DIGIT = re.compile(r"\d")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
@@ -112,8 +114,6 @@ def world_corpus(cfg: Config) -> tuple[list[str], dict[str, dict]]:
     Tasks come from each world's ``train`` split, drawn with the world seed plus an offset so they are not
     the very tasks RL trains on later; a small pool is cycled (each pass with fresh noise).
     """
-    from acl_lib.model.chat_template import render_chat
-
     rng = random.Random(cfg.seed * 7919 + 17)
     mix = {d: w for d, w in cfg.pretrain.mix.items() if w > 0}
     total = sum(mix.values())
@@ -125,13 +125,14 @@ def world_corpus(cfg: Config) -> tuple[list[str], dict[str, dict]]:
         env = make_env(name, cfg.worlds, seed=cfg.worlds.seed)
         if name == "search":
             search_env = env
-        module = __import__(type(env).__module__, fromlist=["_"])
+        module = sys.modules[type(env).__module__]  # the environment's own module (loaded: env is its instance)
         wrong_fn = getattr(module, "wrong_solution_text", None)
         wrong: dict[str, str] = {}
         policy = noisy(scripted_expert(name), cfg.pretrain.noise, rng, wrong)
         target = int(cfg.pretrain.corpus_chars * share / total)
 
-        def render(task: Task) -> str:
+        # this iteration's env, policy, wrong and wrong_fn bound as defaults (render is only called in it)
+        def render(task: Task, env=env, policy=policy, wrong=wrong, wrong_fn=wrong_fn) -> str:
             if wrong_fn is not None and not task.tools:
                 wrong[task.id] = wrong_fn(task, rng)
             return render_chat(transcript(env, policy, task, cfg.pretrain.max_turns), tools=task.tools or None)

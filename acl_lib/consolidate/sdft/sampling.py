@@ -1,0 +1,219 @@
+"""SDFT's data: the oracles' own rollouts, sampled and filtered into one dataset (``run_sdft_data``).
+
+**Data** (``sdft_data``, one run keyed on the four oracles, the ``model`` / ``worlds`` sections, the sampling
+fields of ``sdft`` and each domain's turn limits). Each single-task oracle ``oracle_<d>`` samples
+``sdft.group_size`` rollouts at ``sdft.temperature`` (top-p 1) on each of ``sdft.n_prompts`` tasks of its own
+world's *training* split, drawn with ``sample_seed(cfg)`` (``SAMPLE_SEED + cfg.seed``: no stage draws with it,
+they use the training seed and the seed + 1, nor the merges' validation seed), through the evaluator's batched
+model policy (``HFPolicy``; ``VLLMPolicy`` where ``eval.backend`` is vllm) with the turn and token limits the
+stage trains with (``grpo.max_turns`` / ``grpo.max_new_tokens`` of ``cfg.for_stage(d)``). A trajectory is kept
+only if it passes the filter (``filtering.filter_episodes``: reward, protocol, near-duplicates); ``filter.json``
+counts why the others failed.
+
+The kept rows (chat rows as the cold starts train on, ``train.sft.episode_row``, plus their domain, task id,
+sample index, task difficulty and length) are saved with ``datasets.Dataset.save_to_disk``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from acl_lib import pipeline
+from acl_lib.consolidate.merging import validation_seed
+from acl_lib.consolidate.sdft.filtering import filter_episodes
+from acl_lib.envs import STAGE_ENV
+from acl_lib.eval.harness import HFPolicy, VLLMPolicy, run_episodes, world
+from acl_lib.progress import Progress
+from acl_lib.runs import Run, run_once
+from acl_lib.seeding import seed_and_threads
+
+SAMPLE_SEED = 104729  # + cfg.seed: the tasks the oracles sample on (stages use cfg.seed and cfg.seed + 1)
+DATA_RUN = "sdft_data"
+DATASET_DIR = "dataset"  # <sdft_data>/dataset: the kept rows of every domain (datasets.Dataset.save_to_disk)
+FILTER_JSON = "filter.json"
+DATA_SECTIONS = ("model", "worlds")  # + the sampling fields of sdft and each domain's limits (extra)
+SAMPLING_FIELDS = ("n_prompts", "group_size", "temperature", "dedup_threshold", "dedup_ngram")
+
+
+def sample_seed(cfg) -> int:
+    """The seed the oracles' sampling tasks are drawn with (and sampling is seeded with); never a stage's
+    (``cfg.seed``, ``cfg.seed + 1``) nor the merges' validation seed."""
+    s = SAMPLE_SEED + cfg.seed
+    while s in (cfg.seed, cfg.seed + 1, validation_seed(cfg)):
+        s += 1
+    return s
+
+
+def domain_limits(cfg, domain: str) -> tuple[int, int]:
+    """``(max_turns, max_new_tokens)`` a domain's rollouts run with: its stage's GRPO limits."""
+    g = cfg.for_stage(domain).grpo
+    return g.max_turns, g.max_new_tokens
+
+
+class _Tap:
+    """Wraps a policy's generator (``HFPolicy.gen``) or engine (``VLLMPolicy.llm``) and tells the watch, per
+    generated row in order, whether it ran out of tokens (no stop token; vLLM: ``finish_reason == "length"``)."""
+
+    def __init__(self, inner, watch, stops=()):
+        self.inner, self.watch, self.stops = inner, watch, set(stops)
+
+    def generate(self, *args, **kwargs):
+        out = self.inner.generate(*args, **kwargs)
+        for o in out:
+            if hasattr(o, "outputs"):  # vLLM RequestOutput
+                self.watch.flags.append(getattr(o.outputs[0], "finish_reason", None) == "length")
+            else:
+                self.watch.flags.append(not any(t in self.stops for t in o))
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class _CutWatch:
+    """A batched policy that remembers which episodes had a turn cut off at the token budget (``cut``:
+    ``id(messages)`` of those episodes). The wrapped policies generate the rows that fit their context, in
+    batch order, and return None for the others: the flags line up with the non-None texts."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.cut: set[int] = set()
+        self.flags: list[bool] = []
+        if getattr(policy, "gen", None) is not None:
+            policy.gen = _Tap(policy.gen, self, policy.stop_ids)
+        elif getattr(policy, "llm", None) is not None:
+            policy.llm = _Tap(policy.llm, self)
+
+    def __call__(self, batch):
+        self.flags = []
+        out = self.policy(batch)
+        flags = iter(self.flags)
+        for (_task, messages), text in zip(batch, out):
+            if text is not None and next(flags, False):
+                self.cut.add(id(messages))
+        return out
+
+    def forget(self, task, messages) -> None:
+        if hasattr(self.policy, "forget"):
+            self.policy.forget(task, messages)
+
+    def close(self) -> None:
+        if hasattr(self.policy, "close"):
+            self.policy.close()
+
+
+def sampling_policy(cfg, model_dir: str, max_new_tokens: int):
+    """The evaluator's batched model policy with SDFT's sampling settings (``sdft.temperature``, top-p 1)."""
+    if cfg.eval.backend == "vllm":
+        return VLLMPolicy(str(model_dir), max_new_tokens, cfg.sdft.temperature, 1.0, dtype=cfg.model.dtype,
+                          max_model_len=cfg.model.max_position_embeddings, seed=sample_seed(cfg))
+    return HFPolicy(str(model_dir), max_new_tokens, cfg.sdft.temperature, 1.0, cfg.eval.batch_size,
+                    dtype=cfg.model.dtype)
+
+
+def sample_domain(cfg, domain: str, policy, tasks: list | None = None, env=None) -> tuple[list[dict], dict]:
+    """``sdft.group_size`` rollouts of ``policy`` (a batched policy: the oracle's ``sampling_policy``, or any
+    other, e.g. ``ExpertPolicy`` in tests) on each of ``tasks`` (default: ``sdft.n_prompts`` training tasks of
+    the domain's world drawn with ``sample_seed``), filtered (``filter_episodes``). Returns ``(rows, stats)``."""
+    s = cfg.sdft
+    env = env if env is not None else world(cfg, STAGE_ENV.get(domain, domain))
+    tasks = tasks if tasks is not None else env.tasks("train", s.n_prompts, seed=sample_seed(cfg))
+    max_turns, _ = domain_limits(cfg, domain)
+    episodes, samples = [], []
+    for t in tasks:
+        for k in range(s.group_size):
+            episodes.append(env.start(t, max_turns=max_turns))
+            samples.append(k)
+    watch = policy if isinstance(policy, _CutWatch) else _CutWatch(policy)
+    run_episodes(watch, episodes, batch_size=max(cfg.eval.batch_size, 1) * 4)
+    rows, stats = filter_episodes(domain, episodes, watch.cut, s.dedup_threshold, s.dedup_ngram, samples)
+    stats.update(prompts=len(tasks), group_size=s.group_size, max_turns=max_turns,
+                 cut_at_token_budget=len(watch.cut))
+    return rows, stats
+
+
+def data_run(cfg):
+    """``sdft_data``: keyed on the oracles, ``model`` / ``worlds``, sdft's sampling fields and the limits."""
+    oracles = [pipeline.oracle_run(cfg, d) for d in cfg.pipeline.curriculum]
+    extra = {"sdft": {k: getattr(cfg.sdft, k) for k in SAMPLING_FIELDS}, "seed": sample_seed(cfg),
+             "limits": {d: list(domain_limits(cfg, d)) for d in cfg.pipeline.curriculum},
+             "backend": cfg.eval.backend, "batch_size": cfg.eval.batch_size}
+    return Run(cfg, DATA_RUN, sections=DATA_SECTIONS, inputs=oracles, extra=extra)
+
+
+def _require(runs, what: str) -> None:
+    missing = [r for r in runs if not r.is_complete()]
+    if missing:
+        lines = "; ".join(f"{r.name} ({r.status()}, {r.path})" for r in missing)
+        raise RuntimeError(f"{what} needs complete runs: missing {lines} (notebooks 00-05 make them)")
+
+
+def save_rows(rows: list[dict], path) -> Path:
+    """Save rows as a ``datasets.Dataset`` (``save_to_disk``)."""
+    from datasets import Dataset
+
+    Dataset.from_list(rows).save_to_disk(str(path))
+    return Path(path)
+
+
+def _strip_none(m: dict) -> dict:
+    return {k: v for k, v in m.items() if v is not None}
+
+
+def load_rows(path) -> list[dict]:
+    """The rows of a dataset saved by ``save_rows``, each message with only the keys it was saved with (Arrow
+    gives every message every key of the column's struct, ``None`` where absent)."""
+    from datasets import load_from_disk
+
+    out = []
+    for r in load_from_disk(str(path)).to_list():
+        r["messages"] = [_strip_none(m) for m in r["messages"]]
+        for m in r["messages"]:
+            if "tool_calls" in m:
+                m["tool_calls"] = [{k: v for k, v in c.items() if v is not None} for c in m["tool_calls"]]
+        out.append(r)
+    return out
+
+
+def run_sdft_data(cfg, policy_for=None):
+    """Sample and filter every domain from its oracle (skipped when ``sdft_data`` is complete). ``policy_for``:
+    ``(domain, model_dir, max_new_tokens) -> policy`` instead of the oracle's ``sampling_policy`` (tests).
+    Returns the run; ``filter.json`` holds the statistics per domain, ``dataset/`` the kept rows."""
+    run = data_run(cfg)
+    _require(run.inputs, "SDFT's data")
+
+    def fn(r) -> None:
+        rows, stats = [], {}
+        with Progress(len(cfg.pipeline.curriculum), "sdft: sampling", unit="domain") as bar:
+            for d, oracle in zip(cfg.pipeline.curriculum, r.inputs):
+                seed_and_threads(sample_seed(cfg), cfg.torch_threads)
+                _, max_new = domain_limits(cfg, d)
+                model = str(pipeline.model_dir(oracle))
+                policy = policy_for(d, model, max_new) if policy_for else sampling_policy(cfg, model, max_new)
+                try:
+                    got, st = sample_domain(cfg, d, policy)
+                finally:
+                    if hasattr(policy, "close"):
+                        policy.close()
+                rows += got
+                stats[d] = {"oracle": oracle.name, **st}
+                bar.update(1, **{d: st["kept"]})
+                r.logger.info("sdft data %s: kept %d of %d (%s)", d, st["kept"], st["tried"],
+                              {k: st[k] for k in ("reward_failed", "protocol_failed", "duplicates")})
+        if rows:  # an empty set (oracles that solve nothing, as the untrained ones of the smoke profile) has none
+            with r.atomic_dir(DATASET_DIR) as tmp:
+                save_rows(rows, tmp)
+        else:
+            r.logger.warning("sdft data: the filter kept no trajectory in any domain (%s)",
+                             {d: st["reasons"] for d, st in stats.items()})
+        r.write_json(FILTER_JSON, {"seed": sample_seed(cfg), "split": "train", "kept": len(rows), "domains": stats,
+                                   "sdft": {k: getattr(cfg.sdft, k) for k in SAMPLING_FIELDS}})
+
+    return run_once(run, fn)
+
+
+def data_rows(data) -> list[dict]:
+    """The kept rows of a complete ``sdft_data`` run (empty when its filter kept nothing)."""
+    if data.read_json(FILTER_JSON)["kept"] == 0:
+        return []
+    return load_rows(data.path / DATASET_DIR)
