@@ -1,6 +1,7 @@
 # Two commands on a fresh machine with Python 3.11:
 #   make run    create .venv if missing, install the suite, execute every notebook (profile mini, seed 0)
-#   make test   create .venv if missing, install with test extras, run the test suite
+#   make test   create .venv if missing, install with test extras, run the test suite (everything; what CI runs)
+#   make test-fast  the inner loop: the tests not marked `slow` (training, processes, notebooks) on 2 workers, ~3 min
 #   make curriculum  notebook 13, the curriculum-order study (opt-in: four more sequences of training; not in make run)
 #   make report      outputs/<profile>/report.html from the run store (notebook 12 writes it too, at the end of make run)
 #   make rehearsal  the paper profile's hostfile launch on two local DeepSpeed processes (tests marked
@@ -22,13 +23,22 @@ PROFILE ?= mini
 SEEDS   ?= 0
 PYTEST_ARGS ?=
 
-.PHONY: run test rehearsal install smoke status lab nbstrip clean-venv curriculum report
+.PHONY: run test test-fast lint rehearsal install smoke status lab nbstrip clean-venv curriculum report
 
 run: $(STAMP)
 	$(VENV)/bin/acl run --profile $(PROFILE) --seeds $(SEEDS)
 
-test: $(STAMP)
+test: $(STAMP) lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# ruff (style and likely bugs) and the library's layers contract (pyproject.toml: each module imports only
+# from the layers below it, imports inside functions included)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+test-fast: $(STAMP) lint
+	$(VENV)/bin/pytest -m "not slow and not rehearsal" -n 2 $(PYTEST_ARGS)
 
 rehearsal: $(STAMP)
 	$(VENV)/bin/pytest -m rehearsal tests/test_paper_rehearsal.py tests/test_mle.py $(PYTEST_ARGS)
