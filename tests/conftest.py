@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -34,18 +36,83 @@ def write_notebook(path: Path, body: list[str], title: str = "Throwaway test not
         new_code_cell(params, metadata={"tags": ["parameters"]}),
         new_code_cell("import acl_lib.config\n\ncfg = acl_lib.config.load_config(profile, overrides, seed=seed)"),
     ] + [new_code_cell(src) for src in body]
-    nb = new_notebook(cells=cells, metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}})
+    kernel = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nb = new_notebook(cells=cells, metadata={"kernelspec": kernel})
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(path))
     return path
 
 
+# --- shared fixtures: one definition each, here; the session-scoped ones are built once per test run (once per
+# pytest-xdist worker). They are read only: a test that writes into one takes its ``*_copy`` fixture instead.
+
+
 @pytest.fixture
 def smoke_cfg(tmp_path):
-    """The smoke config with its run store in a temporary directory."""
-    from acl_lib.config import load_config
+    """The smoke config (seed 0, one torch thread) with its run store, empty, in a temporary directory."""
+    from train_kit import tiny_cfg
 
-    return load_config("smoke", [f"output_dir={tmp_path / 'outputs'}"], seed=0)
+    return tiny_cfg(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def base_dir(tmp_path_factory) -> Path:
+    """A tiny smoke-sized Qwen3 and its tokenizer (trained on desk transcripts), freshly initialised, untrained:
+    ``train_kit.make_base``."""
+    from train_kit import make_base, tiny_cfg
+
+    return make_base(tmp_path_factory.mktemp("base") / "model", tiny_cfg(tmp_path_factory.mktemp("cfg")))
+
+
+class SmokeBase(NamedTuple):
+    store: Path  # the run store (``output_dir``)
+    model: Path  # <store>/smoke/seed0/base/model
+
+
+@pytest.fixture(scope="session")
+def smoke_base(tmp_path_factory) -> SmokeBase:
+    """A complete ``base`` run of the smoke profile in a run store of its own: the base-model step
+    (``pipeline.build_base``: tokenizer and model on the smoke corpus, the smoke profile's pretraining steps)."""
+    from acl_lib.pipeline import build_base
+    from train_kit import tiny_cfg
+
+    cfg = tiny_cfg(tmp_path_factory.mktemp("smoke_base"))
+    return SmokeBase(Path(cfg.output_dir), Path(build_base(cfg, evaluate=False)))
+
+
+@pytest.fixture
+def smoke_base_copy(smoke_base, tmp_path) -> SmokeBase:
+    """``smoke_base``'s run store copied to ``tmp_path / "outputs"``, for a test that writes into it."""
+    store = Path(shutil.copytree(smoke_base.store, tmp_path / "outputs"))
+    return SmokeBase(store, store / smoke_base.model.relative_to(smoke_base.store))
+
+
+@pytest.fixture(scope="session")
+def paper_layout(tmp_path_factory) -> tuple[Path, dict]:
+    """The data layout ``acl data prepare`` writes, converted from the small source files of tests/data, and the
+    conversions' notes: ``paper_layout.build_layout``."""
+    from paper_layout import build_layout
+
+    return build_layout(tmp_path_factory.mktemp("data"))
+
+
+# --- helpers --------------------------------------------------------------------------------------------------
+
+
+def drive_random_turns(env, task, turns: list[str], max_turns: int = 6) -> None:
+    """Feed ``turns`` (untrusted model text) to an episode of ``task`` until it ends: every observation is text,
+    the reward is 0 or 1 and 1 exactly when no failure is recorded, and the record is JSON."""
+    import json
+
+    ep = env.start(task, max_turns=max_turns)
+    for text in turns:
+        if ep.done:
+            break
+        obs = ep.step(text)
+        assert all(isinstance(o["content"], str) for o in obs)
+    r = ep.reward()
+    assert r in (0.0, 1.0) and (r == 1.0) == (ep.failure is None)
+    json.dumps(ep.record())
 
 
 # --- the `rehearsal` marker: run by `make rehearsal` (CI runs it after `make test`), not by a plain `pytest` -------
@@ -57,7 +124,8 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Leave out tests marked ``rehearsal`` unless a ``-m`` expression was given (``make rehearsal``: ``-m rehearsal``)."""
+    """Leave out tests marked ``rehearsal`` unless a ``-m`` expression was given (``make rehearsal``:
+    ``-m rehearsal``)."""
     if config.getoption("markexpr"):
         return
     kept = [i for i in items if i.get_closest_marker("rehearsal") is None]

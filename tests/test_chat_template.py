@@ -218,7 +218,8 @@ _values = st.one_of(st.integers(-10**6, 10**6), st.booleans(), st.text(st.charac
 @settings(max_examples=60, deadline=None)
 @given(name=_names, args=st.dictionaries(_names, _values, max_size=4), as_string=st.booleans())
 def test_any_rendered_call_parses_back(tok, name, args, as_string):
-    message = {"role": "assistant", "content": "", "tool_calls": [_call(name, json.dumps(args, ensure_ascii=False) if as_string else args)]}
+    call = _call(name, json.dumps(args, ensure_ascii=False) if as_string else args)
+    message = {"role": "assistant", "content": "", "tool_calls": [call]}
     text = tok.apply_chat_template([{"role": "user", "content": "go"}, message], tokenize=False)
     span = text.split("<|im_start|>assistant\n", 1)[1]
     assert span == format_tool_call(name, args) + "<|im_end|>\n"

@@ -23,7 +23,8 @@ def test_profiles_only_change_values():
 
 
 def test_overrides_are_parsed_as_yaml_and_validated():
-    cfg = load_config("smoke", ["eval.k=4", "pipeline.curriculum=[if,math,search,ecom]", "model.base_model=Qwen/Qwen3-8B-Base",
+    cfg = load_config("smoke", ["eval.k=4", "pipeline.curriculum=[if,math,search,ecom]",
+                                "model.base_model=Qwen/Qwen3-8B-Base",
                                 "pipeline.cold_start={math: true, search: false}", "grpo.learning_rate=2e-5"], seed=3)
     assert cfg.eval.k == 4 and cfg.seed == 3
     assert cfg.pipeline.curriculum == ["if", "math", "search", "ecom"]

@@ -9,8 +9,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from acl_lib.consolidate import merging
+from acl_lib import pipeline
+from acl_lib.consolidate import figures, merging
 from acl_lib.consolidate.merging import MergeSpec, merge_checkpoints, merge_tensor
+from acl_lib.envs import BENCHMARKS, IN_DOMAIN
+from acl_lib.eval import harness
+from acl_lib.eval.harness import benchmark_size, world
+from acl_lib.pipeline import build_base
+from acl_lib.runs import run_once
 
 
 def _checkpoint(path, tensors, extra_files=True):
@@ -183,10 +189,6 @@ def test_search_chooses_by_validation_scores(tmp_path):
 def test_validation_scores_read_training_tasks_only(smoke_cfg, monkeypatch):
     """Every task the validation scorer draws comes from the training split with the validation seed; none of
     the ids is one of the test tasks the tables report."""
-    from acl_lib.eval.harness import benchmark_size, world
-    from acl_lib.envs import BENCHMARKS, IN_DOMAIN
-    import acl_lib.eval.harness as harness
-
     calls = []
     real_world = harness.world
 
@@ -223,8 +225,6 @@ def test_missing_checkpoint_is_named(smoke_cfg):
 
 
 def test_reading_says_what_each_merge_wins_and_loses():
-    from acl_lib.consolidate import figures
-
     final = {"aime26": 10.0, "nq": 30.0, "retail": 20.0, "ifeval": 80.0, "gpqa": 40.0}
     scores = {"seq_final": final,
               "merge_uniform": {"aime26": 15.0, "nq": 40.0, "retail": 5.0, "ifeval": 70.0, "gpqa": 45.0},
@@ -242,16 +242,12 @@ def test_reading_says_what_each_merge_wins_and_loses():
     assert len(fig.layout.annotations) == 11  # one panel per benchmark
 
 
+@pytest.mark.slow
 def test_a_merge_that_is_the_same_job_as_a_complete_one_is_copied_not_redone(smoke_cfg, monkeypatch):
     """merge_grid and merge_balanced are the same merge whenever the validation search picks the same
     coefficients: the second is copied from the first (model bytes, scores), its evaluation is not run, and
     same_as.json says so; other coefficients or another method are not twins."""
     import shutil
-
-    import acl_lib.eval.harness as harness
-    from acl_lib import pipeline
-    from acl_lib.model.build import build_base
-    from acl_lib.runs import run_once
 
     cfg = smoke_cfg
     build_base(cfg, evaluate=False)

@@ -9,9 +9,14 @@ import math
 import pytest
 import torch
 
+from acl_lib.config import load_config
 from acl_lib.consolidate import mmopd
 from acl_lib.consolidate.mmopd import hybrid_kl, route
-from test_train_kit import base_dir, tiny_cfg  # noqa: F401  (fixture)
+from acl_lib.diagnostics.weights import checkpoint_parameter_count
+from acl_lib.envs import make_env, scripted_expert
+from acl_lib.model import load_model_and_tokenizer
+from acl_lib.train import trl_env
+from train_kit import tiny_cfg
 
 torch.set_num_threads(1)
 
@@ -99,8 +104,6 @@ def test_prompts_per_domain_split_by_weight():
 
 
 def _perturbed(src, dst, seed, scale=0.05):
-    from acl_lib.model import load_model_and_tokenizer
-
     model, tok = load_model_and_tokenizer(src)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -115,10 +118,7 @@ def test_env_tokens_carry_no_distillation_loss_on_a_real_retail_rollout(base_dir
     """The scripted expert drives a real retail episode (tool results and the simulated customer's turns) through
     ``trl_env.rollout_episodes``; with a teacher that disagrees with the student everywhere, the loss gradient
     reaches the student's logits at the policy's tokens and nowhere in the environment's."""
-    from acl_lib.envs import make_env, scripted_expert
-    from acl_lib.model import load_model_and_tokenizer
-    from acl_lib.train import trl_env
-    from test_train_rollout import expert_policy
+    from train_kit import expert_policy
 
     model, tok = load_model_and_tokenizer(base_dir)
     teacher, _ = load_model_and_tokenizer(_perturbed(base_dir, tmp_path / "teacher", 1))
@@ -143,6 +143,7 @@ def test_env_tokens_carry_no_distillation_loss_on_a_real_retail_rollout(base_dir
     assert stats["reverse"] > 0
 
 
+@pytest.mark.slow
 def test_mmopd_trainer_distils_on_real_worlds_and_routes_by_domain(base_dir, tmp_path, monkeypatch):
     """One optimizer step on a mixture of math (single-turn) and retail (multi-turn, tools and a simulated
     customer) prompts from the real worlds: each row is scored by its domain's teacher, the student moves."""
@@ -175,10 +176,7 @@ def test_mmopd_trainer_distils_on_real_worlds_and_routes_by_domain(base_dir, tmp
     assert moved["update_norm"] > 0
 
 
-def test_memory_plan_rendered_by_the_launcher(tmp_path, base_dir):
-    from acl_lib.config import load_config
-    from acl_lib.train.launcher import write_memory_plan
-
+def test_memory_plan_written_beside_the_job(tmp_path, base_dir):
     cfg = load_config("paper", overrides=["mmopd.teacher_placement=offload"])
     plan = mmopd.memory_plan(cfg, 8_190_000_000, 4)
     gpus = cfg.launcher.num_nodes * cfg.launcher.num_processes
@@ -188,10 +186,8 @@ def test_memory_plan_rendered_by_the_launcher(tmp_path, base_dir):
     resident = mmopd.memory_plan(cfg.model_copy(update={"mmopd": cfg.mmopd.model_copy(
         update={"teacher_placement": "resident"})}), 8_190_000_000, 4)
     assert resident["teachers_gib_per_gpu"] == pytest.approx(4 * 2 * 8.19e9 / 2**30 / gpus)  # ZeRO-3 shards
-    path = write_memory_plan(cfg, tmp_path / "job", base_dir, 4)
+    path = mmopd.write_memory_plan(cfg, tmp_path / "job", base_dir, 4)
     text = path.read_text()
-    from acl_lib.diagnostics.weights import checkpoint_parameter_count
-
     n = checkpoint_parameter_count(base_dir)
     assert json.loads((path.parent / "memory_plan.json").read_text())["n_params"] == n
     assert f"{gpus} GPUs" in text and "teachers offload" in text and "| teachers in CPU memory per node (a copy per process) |" in text

@@ -8,15 +8,19 @@ import shutil
 
 import pytest
 
+from acl_lib import pipeline
+from acl_lib.config import load_config
 from acl_lib.consolidate import sdft
 from acl_lib.envs import make_env, scripted_expert
+from acl_lib.envs.base import Episode
 from acl_lib.eval.harness import ExpertPolicy, run_episodes
+from acl_lib.pipeline import build_base
+from acl_lib.runs import run_once
+from acl_lib.train.sft import train_sft
 
 
 @pytest.fixture(scope="module")
 def cfg(tmp_path_factory):
-    from acl_lib.config import load_config
-
     # no base pretraining and fewer benchmark tasks than smoke's: the end-to-end test stays within seconds
     return load_config("smoke", [f"output_dir={tmp_path_factory.mktemp('sdft') / 'outputs'}", "pretrain.max_steps=0",
                                  "worlds.n_test=2", "worlds.n_ood=1", "eval.max_turns=3"], seed=0)
@@ -95,8 +99,6 @@ def test_search_filter_rejects_malformed_calls_and_a_tool_call_after_the_answer(
 
 
 def test_retail_and_if_expert_episodes_pass_and_a_turn_limit_end_does_not(cfg):
-    from acl_lib.envs.base import Episode
-
     env = _env(cfg, "retail")
     eps = [env.start(t, max_turns=cfg.grpo.max_turns) for t in env.tasks("train", 3, seed=sdft.sample_seed(cfg))]
     run_episodes(ExpertPolicy(), eps)
@@ -185,11 +187,9 @@ def test_dataset_round_trip_on_disk(cfg, tmp_path):
     assert sdft.load_rows(tmp_path / "ds") == rows
 
 
+@pytest.mark.slow
 def test_the_trainer_sees_the_rows_in_the_given_order(cfg, store, tmp_path, monkeypatch):
     import trl
-
-    from acl_lib import pipeline
-    from acl_lib.train.sft import train_sft
 
     words = [f"item{i}" for i in range(5)]
     rows = [{"messages": [{"role": "user", "content": w}, {"role": "assistant", "content": f"reply {w}"}],
@@ -219,10 +219,6 @@ def store(cfg):
     import torch
     from safetensors.torch import load_file, save_file
 
-    from acl_lib import pipeline
-    from acl_lib.model.build import build_base
-    from acl_lib.runs import run_once
-
     build_base(cfg, evaluate=False)
     base = pipeline.model_dir(pipeline.base_run(cfg))
 
@@ -243,10 +239,9 @@ def store(cfg):
         run_once(pipeline.oracle_run(cfg, d), lambda r, k=k: copy(r, noise=k))
 
 
+@pytest.mark.slow
 def test_cut_watch_marks_turns_that_ran_out_of_tokens(cfg, store):
     import torch
-
-    from acl_lib import pipeline
 
     torch.manual_seed(0)
     policy = sdft.sampling_policy(cfg, str(pipeline.model_dir(pipeline.base_run(cfg))), max_new_tokens=1)
@@ -260,6 +255,7 @@ def test_cut_watch_marks_turns_that_ran_out_of_tokens(cfg, store):
     assert all(sdft.protocol_violation(e, cut=True) for e in eps)
 
 
+@pytest.mark.slow
 def test_sdft_end_to_end_on_smoke(cfg, store):
     # the oracles here are untrained copies of the base: the scripted experts stand in for their samples
     data = sdft.run_sdft_data(cfg, policy_for=lambda d, model, max_new: ExpertPolicy())

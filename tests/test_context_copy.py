@@ -46,8 +46,12 @@ def test_an_induction_oracle_gains_and_a_uniform_model_does_not():
     assert copier["second"] < 0.01 and copier["gain"] > 4
 
 
-def test_word_lists_are_deterministic():
-    assert context_copy.word_lists(["a", "b", "c"], 3, 5, seed=1) == context_copy.word_lists(["a", "b", "c"], 3, 5, seed=1)
+def test_word_lists_are_n_lists_of_length_words_fixed_by_the_seed():
+    words = [f"w{i}" for i in range(50)]
+    lists = context_copy.word_lists(words, 3, 5, seed=1)
+    assert len(lists) == 3 and all(len(x.split()) == 5 and set(x.split()) <= set(words) for x in lists)
+    assert context_copy.word_lists(words, 3, 5, seed=1) == lists  # the same seed: the same lists
+    assert context_copy.word_lists(words, 3, 5, seed=2) != lists  # another seed: others (p of a clash ~ 50**-15)
 
 
 def test_induction_blocks_repeat_each_segment_with_no_marker():

@@ -39,7 +39,8 @@ def test_prerequisites_are_named(smoke_cfg):
 
 
 def test_json_has_no_nan(smoke_cfg):
-    path = write_diagnostics(smoke_cfg, "probe", {"a": float("nan"), "b": [np.float64(1.5), math.inf], "c": np.arange(2)})
+    values = {"a": float("nan"), "b": [np.float64(1.5), math.inf], "c": np.arange(2)}
+    path = write_diagnostics(smoke_cfg, "probe", values)
     assert path == smoke_cfg.seed_dir() / "diagnostics" / "probe.json"
     assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")) == \
         {"a": None, "b": [1.5, None], "c": [0, 1]}

@@ -14,9 +14,9 @@ from safetensors.torch import load_file, save_file
 from acl_lib.diagnostics import tokens as T
 
 MINI_BASE = Path(__file__).resolve().parents[1] / "acl_lib" / "data" / "mini_base"
-SEARCH_TOOL = {"type": "function", "function": {"name": "search", "description": "Search the corpus.",
-                                                "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
-                                                               "required": ["query"]}}}
+SEARCH_TOOL = {"type": "function", "function": {
+    "name": "search", "description": "Search the corpus.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
 TOOL_TEXT = "Dibriand is a town in Norland, founded in 1821."
 EPISODES = [
     {"benchmark": "aime26", "id": "m1", "tools": [], "messages": [
@@ -49,7 +49,8 @@ def _copy(tmp_path, name, noise=0.0, seed=0):
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tok")
-    models = {"ref": str(MINI_BASE), "same": _copy(tmp, "same"), "perturbed": _copy(tmp, "perturbed", noise=0.5, seed=1)}
+    models = {"ref": str(MINI_BASE), "same": _copy(tmp, "same"),
+              "perturbed": _copy(tmp, "perturbed", noise=0.5, seed=1)}
     return T.score_reference(EPISODES, models, "ref", batch_size=2, progress=False)
 
 
@@ -66,31 +67,83 @@ def test_only_assistant_tokens_are_scored(scored):
     assert (scored.ref_entropy >= 0).all() and np.isfinite(scored.ref_entropy).all()
 
 
-def test_identical_checkpoint_is_fully_consistent_and_a_perturbed_one_is_not(scored):
-    summary = T.consistency_summary(scored, high_entropy_share=0.2)
+def test_consistency_is_against_the_rollouts_own_token(scored):
+    """A checkpoint identical to the reference agrees with it everywhere, so it is exactly as consistent with the
+    rollout as the reference itself (these episodes are hand-written: the reference did not write every token); a
+    perturbed one is less. Every count is what it says."""
+    thr = float(np.quantile(scored.ref_entropy, 0.8))
+    summary = T.consistency_summary(scored, threshold=thr)
     same, pert = summary["checkpoints"]["same"], summary["checkpoints"]["perturbed"]
-    assert same["consistency"] == 1.0 and same["changed_positions"] == 0 and same["low_entropy_stable"] == 1.0
-    assert same["changed_share_in_high_entropy"] is None and all(v == 1.0 for v in same["by_decile"] if v is not None)
-    assert pert["consistency"] < 0.9 and pert["changed_positions"] > 0
-    changed = scored.top1["perturbed"] != scored.ref_top1
-    assert pert["changed_positions"] == int(changed.sum())
-    high = scored.ref_entropy > summary["entropy_threshold"]
+    own = summary["reference_consistency"]
+    assert summary["consistency_against"] == "rollout token" and summary["threshold_rule"] == "fixed (nats)"
+    assert (scored.top1["same"] == scored.ref_top1).all()
+    assert same["consistency"] == own["consistency"] == summary["reference_self_consistency"]
+    assert same["consistency"] == pytest.approx(float((scored.ref_top1 == scored.token).mean()))
+    assert same["consistency"] < 1.0  # hand-written text: the reference does not rank every one of its tokens first
+    assert same["changed_positions"] == int((scored.ref_top1 != scored.token).sum())
+
+    changed = scored.top1["perturbed"] != scored.token
+    high = scored.ref_entropy > thr
+    assert pert["consistency"] < same["consistency"] and pert["changed_positions"] == int(changed.sum())
     assert pert["changed_share_in_high_entropy"] == pytest.approx((changed & high).sum() / changed.sum())
     assert pert["low_entropy_stable"] == pytest.approx(1 - (changed & ~high).sum() / (~high).sum())
+    assert pert["high_entropy_consistency"] == pytest.approx(1 - (changed & high).sum() / high.sum())
     assert summary["high_entropy_positions"] == int(high.sum())
+    assert summary["low_entropy_positions"] == int((~high).sum())
+    assert summary["high_entropy_fraction"] == pytest.approx(high.mean())
     assert set(pert["by_benchmark"]) == {"aime26", "nq", "ifeval"}
+    frame = T.summary_frame(summary, {"low_entropy_positions_stable_fraction": 0.94,
+                                      "high_entropy_positions_fraction": 0.06})
+    assert list(frame.index) == ["ref (reference)", "same", "perturbed", "study"]
+    assert frame.loc["study", "positions above threshold %"] == pytest.approx(6.0)
+    assert frame.loc["same", "positions above threshold %"] == pytest.approx(100 * high.mean())
 
 
-def test_thresholds_and_deciles(scored):
+def test_a_position_the_reference_sampled_counts_against_the_rollouts_token():
+    """Four positions; at the last the rollout's token (7) is not the reference's top-1 (9), as when the
+    reference samples. A checkpoint that keeps the reference's top-1 there still no longer ranks the rollout's token
+    first: consistency 3/4, not 1 (the earlier definition, against the reference's top-1, said 1)."""
+    scores = T.TokenScores(reference="ref", benchmarks=["aime26"], ids=[[1, 2, 3, 4, 7]],
+                           episode=np.zeros(4, dtype=np.int64), pos=np.arange(1, 5), token=np.array([2, 3, 4, 7]),
+                           ref_entropy=np.array([0.1, 0.2, 0.3, 2.5]), ref_top1=np.array([2, 3, 4, 9]),
+                           top1={"later": np.array([2, 3, 4, 9]), "other": np.array([2, 5, 4, 7])})
+    summary = T.consistency_summary(scores, threshold=1.0)
+    later, other = summary["checkpoints"]["later"], summary["checkpoints"]["other"]
+    assert summary["high_entropy_fraction"] == 0.25 and summary["reference_self_consistency"] == 0.75
+    assert later["consistency"] == 0.75 and later["low_entropy_stable"] == 1.0
+    assert later["high_entropy_consistency"] == 0.0 and later["changed_share_in_high_entropy"] == 1.0
+    assert other["consistency"] == 0.75 and other["low_entropy_stable"] == pytest.approx(2 / 3)
+    assert other["changed_share_in_high_entropy"] == 0.0
+
+
+def test_fixed_thresholds_and_deciles(scored):
+    from acl_lib.config import available_profiles, load_config
+
+    profiles = available_profiles()
+    thresholds = {load_config(p).diagnostics.entropy_threshold for p in profiles}
+    assert len(profiles) >= 3 and thresholds == {1.0}  # one value for every profile, in the config
     fixed = T.consistency_summary(scored, threshold=1e9)
     assert fixed["entropy_threshold"] == 1e9 and fixed["high_entropy_positions"] == 0
+    assert fixed["high_entropy_fraction"] == 0.0
     assert fixed["checkpoints"]["perturbed"]["high_entropy_consistency"] is None
-    share = T.consistency_summary(scored, high_entropy_share=0.1)
-    assert share["high_entropy_fraction"] == pytest.approx(0.1, abs=1.5 / scored.positions + 1e-9)
+    everything = T.consistency_summary(scored, threshold=0.0)
+    assert everything["high_entropy_fraction"] == pytest.approx(float((scored.ref_entropy > 0).mean()))
     d = T.deciles(np.array([0.0] * 15 + [1.0] * 5))  # ties still make equal-count buckets
     assert np.bincount(d).tolist() == [2] * 10
-    with pytest.raises(ValueError, match="high_entropy_share"):
-        T.consistency_summary(scored, high_entropy_share=1.5)
+    with pytest.raises(ValueError, match="threshold"):
+        T.consistency_summary(scored, threshold=-1.0)
+
+
+def test_the_reading_measures_and_leaves_the_verdict_to_the_rules(scored):
+    from acl_lib.diagnostics import figures
+
+    summary = T.consistency_summary(scored, threshold=float(np.quantile(scored.ref_entropy, 0.8)))
+    summary["episodes"] = len(EPISODES)
+    study = {"low_entropy_positions_stable_fraction": 0.94, "high_entropy_positions_fraction": 0.06}
+    text = figures.tokens_reading(summary, study, "smoke", 0)
+    assert "the study: ~6% high-entropy positions" in text and "(study 94%)" in text
+    assert "rank the rollout's token first" in text
+    assert "as in the study" not in text and "F3" not in text and "reproduced" not in text
 
 
 def test_examples_and_saved_arrays(scored, tmp_path):
@@ -98,8 +151,8 @@ def test_examples_and_saved_arrays(scored, tmp_path):
 
     tok = AutoTokenizer.from_pretrained(MINI_BASE)
     ex = T.changed_examples(scored, tok, "perturbed", n=2)
-    assert 1 <= len(ex) <= 2 and ex[0]["reference_top1"] != ex[0]["checkpoint_top1"]
-    assert "| benchmark |" in T.examples_markdown(ex) and T.changed_examples(scored, tok, "same") == []
+    assert 1 <= len(ex) <= 2 and ex[0]["rollout_token"] != ex[0]["checkpoint_top1"]
+    assert "| benchmark |" in T.examples_markdown(ex)
     path = scored.save(tmp_path / "pos.npz")
     back = np.load(path)
     assert (back["top1__perturbed"] == scored.top1["perturbed"]).all() and back["ref_entropy"].size == scored.positions

@@ -104,8 +104,10 @@ def test_known_geometry_cosines_distances_and_sft_vs_rl(geometry):
     assert sr["cos_sft_rl"] == pytest.approx(0.0, abs=1e-12)
 
     br = {(r["checkpoint"], r["phase"], r["group"]): r["norm"] for r in diag["breakdown"]}
-    assert br[("seq_b", "sft", "type:mlp")] == pytest.approx(6) and br[("seq_b", "sft", "type:attention")] == pytest.approx(0)
-    assert br[("seq_b", "rl", "type:attention")] == pytest.approx(2) and br[("seq_b", "rl", "type:mlp")] == pytest.approx(0)
+    assert br[("seq_b", "sft", "type:mlp")] == pytest.approx(6)
+    assert br[("seq_b", "sft", "type:attention")] == pytest.approx(0)
+    assert br[("seq_b", "rl", "type:attention")] == pytest.approx(2)
+    assert br[("seq_b", "rl", "type:mlp")] == pytest.approx(0)
     assert br[("seq_b", "sft", "layer:0")] == pytest.approx(6) and br[("seq_b", "sft", "layer:1")] == pytest.approx(0)
     assert br[("seq_a", "stage", "type:embeddings")] == pytest.approx(1)  # no cold start: one phase
     assert diag["missing"] == [{"checkpoint": "oracle_c", "status": "missing"}]
@@ -170,9 +172,44 @@ def test_errors_name_the_checkpoint(tmp_path):
 
 
 def test_module_types_and_layers():
-    assert W.module_type("model.embed_tokens.weight") == "embeddings" and W.module_type("lm_head.weight") == "embeddings"
+    assert W.module_type("model.embed_tokens.weight") == W.module_type("lm_head.weight") == "embeddings"
     assert W.module_type("model.layers.3.self_attn.q_norm.weight") == "norm"
-    assert W.module_type("model.layers.3.input_layernorm.weight") == "norm" and W.module_type("model.norm.weight") == "norm"
+    assert W.module_type("model.layers.3.input_layernorm.weight") == W.module_type("model.norm.weight") == "norm"
     assert W.module_type("model.layers.3.self_attn.o_proj.weight") == "attention"
     assert W.module_type("model.layers.3.mlp.gate_proj.weight") == "mlp"
     assert W.layer_of("model.layers.12.mlp.up_proj.weight") == 12 and W.layer_of("model.norm.weight") is None
+
+
+def test_the_studys_077_labels_the_same_sft_from_two_starts_not_a_stage_against_its_oracle(geometry, tmp_path):
+    """The study's 0.77 / 0.05 are the SDFT step's update directions (the same SFT mixture from the base and from the
+    sequential endpoint; unrelated SFT tasks): the reading puts them beside those, read from disk, and shows the
+    cosines of a stage's update with its oracle and between the oracles with no study figure. No verdict: F4 and F5
+    are judged by acl_lib.findings."""
+    import json
+
+    from acl_lib.diagnostics import figures
+
+    found, _ = geometry
+    diag = W.weight_diagnostics(found, progress=False)
+    cos = W.cosine_summary(diag)
+    study = {"sft_over_rl_displacement": [3, 7], "cosine_same_sft_from_base_vs_seq_endpoint": 0.77,
+             "cosine_unrelated_sft_tasks": 0.05}
+    assert W.read_update_directions(tmp_path) is None
+    text = figures.weights_reading(diag, cos, study, "smoke", 0, None)
+    assert "not on disk for this seed yet" in text
+    same_line = next(x for x in text.splitlines() if "own update vs its domain's oracle" in x)
+    assert "0.77" not in same_line and "no figure" in same_line
+    oracles_line = next(x for x in text.splitlines() if "oracles' task vectors" in x)
+    assert "0.05" not in oracles_line and "partly" in oracles_line
+    assert "as in the study" not in text and "within" not in text and "reproduced" not in text
+
+    path = tmp_path / W.UPDATE_DIRECTIONS
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"same_sft_from_base_vs_seq_final": 0.61, "unrelated_single_domain_sft": {
+        "kind": "cold-start SFT", "pairs": {"math vs search": 0.02, "math vs if": -0.04}, "mean": -0.01}}))
+    directions = W.read_update_directions(tmp_path)
+    text = figures.weights_reading(diag, cos, study, "smoke", 0, directions)
+    f4 = next(x for x in text.splitlines() if x.startswith("- **F4**"))
+    assert "cosine 0.61 (study 0.77)" in f4 and "mean cosine -0.01 over 2 pair(s) (study 0.05)" in f4
+    f5 = next(x for x in text.splitlines() if x.startswith("- **F5**"))
+    assert "the study: 3-7x" in f5 and "seq_b 3.0" in f5 and "L2 norm" in f5

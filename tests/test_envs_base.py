@@ -5,7 +5,13 @@ from hypothesis import strategies as st
 
 from acl_lib.chat import format_tool_call
 from acl_lib.envs.base import (
-    Environment, SingleTurnEpisode, Task, ToolEpisode, ToolError, function_schema, validate_arguments,
+    Environment,
+    SingleTurnEpisode,
+    Task,
+    ToolEpisode,
+    ToolError,
+    function_schema,
+    validate_arguments,
 )
 
 ADD = function_schema("add", "Add two integers.", {"a": {"type": "integer"}, "b": {"type": "integer"}})

@@ -23,11 +23,6 @@ def test_registry_uses_the_papers_benchmark_keys():
         benchmarks_for("everything")
 
 
-@pytest.fixture(scope="module")
-def smoke_cfg(tmp_path_factory):
-    return load_config("smoke", [f"output_dir={tmp_path_factory.mktemp('out')}"])
-
-
 def test_experts_score_100_and_doing_nothing_scores_0(smoke_cfg, tmp_path):
     best = evaluate(smoke_cfg, "expert", tmp_path / "expert", policy=ExpertPolicy())
     worst = evaluate(smoke_cfg, "null", tmp_path / "null", policy=NullPolicy())
@@ -37,7 +32,7 @@ def test_experts_score_100_and_doing_nothing_scores_0(smoke_cfg, tmp_path):
     assert all(worst["failures"][k] for k in PAPER_KEYS)  # every failure has a recorded reason
     on_disk = json.loads((tmp_path / "null" / "metrics.json").read_text())
     assert on_disk["scores"] == worst["scores"]
-    rec = [json.loads(l) for l in (tmp_path / "null" / "records" / "retail.jsonl").read_text().splitlines()]
+    rec = [json.loads(line) for line in (tmp_path / "null" / "records" / "retail.jsonl").read_text().splitlines()]
     assert len(rec) == smoke_cfg.worlds.n_test
     assert all(r["reward"] == 0.0 and r["failure"] and r["messages"] for r in rec)
 
@@ -54,8 +49,8 @@ class Flaky:
         outs = []
         for _ in batch:
             self.i += 1
-            outs.append(["<tool_call>{broken", '<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "", "\x00" * 5,
-                         "Answer: 42 <answer>x</answer>"][self.i % 5])
+            outs.append(["<tool_call>{broken", '<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "",
+                         "\x00" * 5, "Answer: 42 <answer>x</answer>"][self.i % 5])
         return outs
 
 
@@ -65,24 +60,21 @@ def test_adversarial_output_is_scored_never_raised(smoke_cfg, tmp_path):
     assert all(0.0 <= v <= 100.0 for v in m["scores"].values())
 
 
-def test_hf_policy_on_a_real_checkpoint_with_avg_at_k(smoke_cfg, tmp_path):
-    from acl_lib.model import build_base
-
-    model = build_base(smoke_cfg, evaluate=False)
+def test_hf_policy_on_a_real_checkpoint_with_avg_at_k(smoke_cfg, base_dir, tmp_path):
+    model = str(base_dir)
     cfg = smoke_cfg.model_copy(update={"eval": smoke_cfg.eval.model_copy(update={"temperature": 1.0})})
     m = evaluate(cfg, model, tmp_path, k=2, benchmarks=["aime26", "nq"])
     assert m["k"] == 2 and set(m["scores"]) == {"aime26", "nq"}
     assert m["generated_tokens"] > 0
     rec = (tmp_path / "records" / "aime26.jsonl").read_text().splitlines()
     assert len(rec) == 2 * cfg.worlds.n_test
-    assert {json.loads(l)["sample"] for l in rec} == {0, 1}
+    assert {json.loads(line)["sample"] for line in rec} == {0, 1}
 
 
-def test_prompts_beyond_the_context_end_the_episode_with_a_reason(smoke_cfg, tmp_path):
+def test_prompts_beyond_the_context_end_the_episode_with_a_reason(smoke_cfg, base_dir, tmp_path):
     from acl_lib.eval.harness import HFPolicy
-    from acl_lib.model import build_base
 
-    model = build_base(smoke_cfg, evaluate=False)
+    model = str(base_dir)
     policy = HFPolicy(model, max_new_tokens=8)
     policy.max_context = 64  # every retail prompt is longer
     m = evaluate(smoke_cfg, model, tmp_path, policy=policy, benchmarks=["retail"])
@@ -128,7 +120,8 @@ def test_per_benchmark_limits_replace_the_defaults(tmp_path):
     m = evaluate(cfg, "counting", tmp_path / "e", policy=policy, benchmarks=["retail", "telecom"])
     assert m["limits"] == {"retail": {"max_turns": 2, "max_new_tokens": 7},
                            "telecom": {"max_turns": cfg.eval.max_turns, "max_new_tokens": cfg.eval.max_new_tokens}}
-    turns = {k: [json.loads(l)["turns"] for l in (tmp_path / "e" / "records" / f"{k}.jsonl").read_text().splitlines()]
+    records = tmp_path / "e" / "records"
+    turns = {k: [json.loads(line)["turns"] for line in (records / f"{k}.jsonl").read_text().splitlines()]
              for k in ("retail", "telecom")}
     assert max(turns["retail"]) == 2 and max(turns["telecom"]) > 2
     assert set(policy.budgets) == {7, cfg.eval.max_new_tokens}

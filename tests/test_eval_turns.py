@@ -81,6 +81,7 @@ def test_sampled_turns_run_and_respect_the_budget(tiny_model):
         gen.generate([(9, [])], max_new_tokens=3)
 
 
+@pytest.mark.slow
 def test_greedy_transcripts_are_the_same_with_cached_turns_in_every_world(tmp_path):
     """The harness before (every prompt re-encoded whole) and after (per-episode caches), on the shipped mini
     base, in every world of the suite: the same transcripts, episode by episode."""

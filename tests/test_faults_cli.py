@@ -163,6 +163,7 @@ def test_every_bad_argument_exits_2_with_a_short_message(files, capsys):
     assert not (files["dir"] / "replay.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_a_bad_argument_in_a_real_process_prints_no_traceback(files):
     res = subprocess.run([*ACL, "eval", "--model", str(files["empty_dir"]), "--profile", "smoke"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120, env=child_env())
@@ -197,26 +198,14 @@ def test_eval_applies_set_and_k(tmp_path, capsys):
         assert not (tmp_path / f"k{k}").exists()
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """A complete `base` run of the smoke profile (a tiny real checkpoint) in a throwaway run store."""
-    from acl_lib.config import load_config
-    from acl_lib.model import build_base
-
-    out = tmp_path_factory.mktemp("store")
-    cfg = load_config("smoke", [f"output_dir={out}", "pretrain.corpus_chars=60000", "pretrain.max_steps=1"])
-    model = Path(build_base(cfg, evaluate=False))
-    return out, model
-
-
 def _listing(d: Path) -> dict[str, int]:
     return {str(p.relative_to(d)): p.stat().st_mtime_ns for p in sorted(d.rglob("*"))}
 
 
 @pytest.mark.slow
-def test_eval_of_a_runs_model_never_writes_into_the_run(tiny_run, capsys):
+def test_eval_of_a_runs_model_never_writes_into_the_run(smoke_base_copy, capsys):
     # defect 3: the README's `acl eval --model <run>/model` wrote into the run, replacing its results
-    out, model = tiny_run
+    out, model = smoke_base_copy  # a complete `base` run of the smoke profile, in a run store of this test's
     run = model.parent
     before = _listing(run)
     tiny = ["--set", f"output_dir={out}", "worlds.n_test=1", "worlds.n_ood=1", "eval.max_new_tokens=4",
@@ -237,9 +226,9 @@ def test_eval_of_a_runs_model_never_writes_into_the_run(tiny_run, capsys):
 
 
 @pytest.mark.slow
-def test_eval_of_a_broken_checkpoint_exits_2(tiny_run, tmp_path, capsys):
+def test_eval_of_a_broken_checkpoint_exits_2(smoke_base, tmp_path, capsys):
     # defect 9: a truncated model.safetensors raised a safetensors traceback and exit 1
-    _, model = tiny_run
+    model = smoke_base.model
     broken = tmp_path / "broken"
     shutil.copytree(model, broken)
     weights = broken / "model.safetensors"

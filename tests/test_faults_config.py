@@ -11,8 +11,8 @@ from acl_lib.config import ConfigError, load_config
 @pytest.mark.parametrize(
     "override, needle",
     [
-        # a curriculum the notebooks cannot run (01-04 run stages 1-4): failed after the base was built
-        ("pipeline.curriculum=[]", "notebooks 01-04"),
+        # a curriculum the sequential steps cannot run (they run stages 1-4): failed after the base was built
+        ("pipeline.curriculum=[]", "sequential steps run stages 1-4"),
         ("pipeline.curriculum=[math,search,ecom]", "all 4 stages"),
         # the profile is --profile's: --set profile=paper wrote smoke-sized runs under outputs/paper/
         ("profile=paper", "--profile"),

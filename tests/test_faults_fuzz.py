@@ -30,7 +30,7 @@ from acl_lib.envs.ifeval_checks import (
     find_titles,
 )
 
-BOUND_S = 2.0  # per call, on 2 shared cores; the slowest fixed case takes about 0.2 s
+BOUND_S = 2.0  # CPU seconds per call (time.process_time); the slowest fixed case takes about 0.2 s
 N = 100_000
 
 KWARGS = {
@@ -108,9 +108,9 @@ def adversarial(n: int = N) -> dict[str, str]:
 
 
 def _timed(violations: list, label: str, fn, *args) -> object:
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU seconds: the bound is on work, whatever else shares the cores (xdist, other jobs)
     out = fn(*args)  # any exception fails the test with its traceback
-    dt = time.perf_counter() - t0
+    dt = time.process_time() - t0
     if dt > BOUND_S:
         violations.append(f"{label}: {dt:.2f} s")
     return out
@@ -140,6 +140,7 @@ def _warm_up() -> None:
     check_instruction("language:response_language", KWARGS["language:response_language"], "hello there")
 
 
+@pytest.mark.slow
 def test_every_parser_and_verifier_is_time_bounded_on_adversarial_text():
     _warm_up()
     violations: list[str] = []
@@ -183,6 +184,7 @@ def _tool_texts(ep, text: str) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_episode_step_is_time_bounded_and_never_raises_on_adversarial_text(episodes_factory):
     _warm_up()
     violations: list[str] = []
@@ -215,10 +217,9 @@ _TEXT = st.text(max_size=400) | _pieces(
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=_TEXT)
 def test_random_text_never_raises(text, episodes_factory):
+    # IFEval's verifiers on random text (strict and loose): tests/test_instruct.py::test_verifiers_never_raise
     for fn in PARSERS.values():
         fn(text)
-    for iid in VERIFIERS:
-        assert isinstance(check_instruction(iid, KWARGS.get(iid, {}), text), bool)
     for key in ("aime26", "gpqa", "nq", "retail", "ifeval", "telecom", "mock"):
         ep = episodes_factory(key)
         ep.step(text)
@@ -229,9 +230,9 @@ def test_random_text_never_raises(text, episodes_factory):
 
 
 def test_placeholders_of_100k_brackets_is_fast():
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     assert check_instruction("detectable_content:number_placeholders", {"num_placeholders": 3}, "[" * N) is False
-    assert time.perf_counter() - t0 < BOUND_S
+    assert time.process_time() - t0 < BOUND_S
 
 
 def test_nested_braces_answer_is_fast_on_any_thread():
@@ -270,9 +271,9 @@ def test_math_verify_input_bounds():
     ids=["search <answer> x 12,500", "title <<< x 100,000", "mcq answer: a x 50,000", "math answer: x 125,000"],
 )
 def test_formerly_quadratic_parsers_are_linear(fn, text):
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU seconds, as in _timed
     fn(text)
-    assert time.perf_counter() - t0 < BOUND_S
+    assert time.process_time() - t0 < BOUND_S
 
 
 # --- the linear rewrites agree with the regexes they replace ---------------------------------------------

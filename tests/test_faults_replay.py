@@ -66,6 +66,7 @@ def test_replay_reports_every_bad_action_separately(db, bad_tasks):
     assert "must be an object" in replay(db, ["not", "a", "task"])["error"]
 
 
+@pytest.mark.slow
 def test_replay_cli_writes_every_tasks_line_and_exits_1(db, bad_tasks, tmp_path, capsys):
     tasks, _ = bad_tasks
     tasks_file = tmp_path / "tasks.json"

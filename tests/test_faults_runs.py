@@ -105,8 +105,8 @@ def test_a_second_acl_run_on_one_output_dir_fails_at_once(tmp_path):
 
 # notebook 00 of the smoke profile, made smaller still: the base on a small corpus, one task per benchmark
 # 300 pretraining steps (~10 s): long enough for a Ctrl-C to land inside the training loop on a busy machine
-TINY = ["--set", "pretrain.corpus_chars=60000", "pretrain.max_steps=300", "worlds.n_test=1", "worlds.n_ood=1", "eval.max_new_tokens=4",
-        "eval.max_turns=2"]
+TINY = ["--set", "pretrain.corpus_chars=60000", "pretrain.max_steps=300", "worlds.n_test=1", "worlds.n_ood=1",
+        "eval.max_new_tokens=4", "eval.max_turns=2"]
 # what a complete run must hold
 REQUIRED = {
     "base": ["base.json", "model/config.json", "model/model.safetensors", "model/tokenizer.json"],

@@ -1,5 +1,6 @@
-"""Notebook 12's library (acl_lib.final): aggregation over seeds, missing runs, the findings' rules, the HTML report;
-acl run's plan (12 once after every seed, 13 opt-in); notebook 13's position tables (acl_lib.curriculum)."""
+"""The readings over seeds: aggregation and missing runs (acl_lib.final), the HTML report and the README's results
+(acl_lib.report) with the findings' verdicts in them; acl run's plan (12 once after every seed, 13 opt-in); the
+curriculum-orders position tables (acl_lib.curriculum). The findings' rules themselves: tests/test_findings.py."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from acl_lib import curriculum, final
+from acl_lib import curriculum, final, findings, report
 from acl_lib import notebooks as nbs
-from acl_lib.report import paper_results
+from acl_lib.views import paper_results
 
 SEQ = ["base", "seq_math", "seq_search", "seq_ecom", "seq_if"]
 CUR = ["math", "search", "ecom", "if"]
@@ -26,7 +27,7 @@ def _scores(aime=0.0, nq=0.0, retail=0.0, ifeval=0.0, ood=0.0) -> dict:
 def write_metrics(seed_dir: Path, run: str, scores: dict) -> None:
     p = seed_dir / run / "eval" / "metrics.json"
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps({"scores": scores, "k": 1}))
+    p.write_text(json.dumps({"scores": scores, "n_tasks": {b: 32 for b in scores}, "k": 1}))
 
 
 def make_data(rows: dict[str, dict[int, dict]], diagnostics: dict | None = None, seeds=(0, 1, 2)) -> final.FinalData:
@@ -57,10 +58,6 @@ def seeded(rows: dict[str, dict], seeds=(0, 1, 2)) -> dict[str, dict[int, dict]]
     return {r: {s: _jitter(v, 0.5 * s) for s in seeds} for r, v in rows.items()}
 
 
-def verdicts(data) -> dict[str, str]:
-    return {r["finding"]: r["verdict"] for r in final.findings(data)}
-
-
 # --- aggregation ------------------------------------------------------------------------------------------
 
 
@@ -72,7 +69,10 @@ def test_mean_std_over_seeds_and_missing_runs(tmp_path):
         if s != 2:
             write_metrics(d, "seq_if", _scores(aime=1.0 + s))
     (dirs[0] / "diagnostics").mkdir()
-    (dirs[0] / "diagnostics" / "weights.json").write_text(json.dumps({"cosine_summary": {"unrelated_oracles": 0.02, "n_unrelated": 6}}))
+    weights = {"cosine_summary": {"unrelated_oracles": 0.02, "n_unrelated": 6}}
+    (dirs[0] / "diagnostics" / "weights.json").write_text(json.dumps(weights))
+    (dirs[1] / "sdft_directions").mkdir()
+    (dirs[1] / "sdft_directions" / "directions.json").write_text(json.dumps({"same_sft_from_base_vs_seq_final": 0.7}))
     data = final.collect(dirs, CUR, SEQ)
 
     assert final.summarize([10, 20, 30]) == (20.0, 10.0, 3)
@@ -89,6 +89,11 @@ def test_mean_std_over_seeds_and_missing_runs(tmp_path):
     assert missing.loc["mmopd", "seeds"] == "0, 1, 2" and missing.loc["mmopd", "written by"] == "08"
     assert missing.loc["diagnostics/weights.json", "seeds"] == "1, 2"
     assert missing.loc["diagnostics/tokens.json", "written by"] == "07"
+    assert missing.loc["sdft_directions/directions.json", "seeds"] == "0, 2"
+    assert data.diagnostics["directions"][1]["same_sft_from_base_vs_seq_final"] == 0.7
+    assert data.tasks["seq_math"][0]["aime26"] == 32 and data.samples["seq_math"][0] == 1
+    est = data.estimate("seq_math", "aime26")  # 10, 20, 30 over 32 tasks each: the binomial SE and the spread
+    assert est.value == 20.0 and est.spread == 10.0 and est.sampling > 0 and est.se > 10.0 / 3 ** 0.5
 
     main = final.main_frame(data, "in_domain")  # only seq_final has scores: the other rows are left out
     assert list(main.index) == ["seq_final"]
@@ -99,114 +104,8 @@ def test_mean_std_over_seeds_and_missing_runs(tmp_path):
     cl = final.cl_frame(data)  # no cl_metrics.json: computed from the scores of the seeds with a whole sequence
     assert cl.attrs["sources"] == {0: "metrics.json", 1: "metrics.json"}
     assert cl.loc["forgetting: aime26", "seed 0"] == "9.0" and cl.loc["forgetting: aime26", "seed 2"] == "-"
-    assert cl.loc["mean forgetting", "study"] == "10.6"
-
-
-# --- the findings' rules ------------------------------------------------------------------------------------
-
-
-def test_sequence_rules_f1_f2_reproduced_not_reproduced_not_testable():
-    assert verdicts(make_data(seeded(STUDY_LIKE)))["F1"] == final.REPRODUCED
-    assert verdicts(make_data(seeded(STUDY_LIKE)))["F2"] == final.REPRODUCED
-
-    # no forgetting: every stage keeps the earlier domains' scores; the if stage is the one that costs math + search
-    flat = dict(STUDY_LIKE, seq_search=_scores(40, 45, 0, 20), seq_ecom=_scores(40, 45, 30, 20),
-                seq_if=_scores(40, 45, 30, 80))
-    v = verdicts(make_data(seeded(flat)))
-    assert v["F1"] == final.NOT_REPRODUCED and v["F2"] == final.NOT_REPRODUCED
-    if_hurts = dict(STUDY_LIKE, seq_ecom=_scores(38, 45, 30, 20), seq_if=_scores(5, 10, 30, 80))
-    row = final.rule_f2(make_data(seeded(if_hurts)))
-    assert row["verdict"] == final.NOT_REPRODUCED and "largest: if" in row["detail"]
-
-    # a spread larger than the mean is not forgetting beyond the seed spread
-    noisy = {r: {0: v, 1: v, 2: v} for r, v in STUDY_LIKE.items()}
-    noisy["seq_if"] = {0: _scores(70, 80, 28, 80), 1: _scores(12, 30, 28, 80), 2: _scores(60, 70, 28, 80)}
-    noisy["seq_search"] = {s: _scores(38, 45, 0, 20) for s in (0, 1, 2)}
-    assert final.rule_f1(make_data(noisy))["verdict"] == final.NOT_REPRODUCED
-
-    # nothing ever rose above the base: not testable; a stage missing everywhere: not testable
-    dead = {r: {s: _scores() for s in (0, 1, 2)} for r in SEQ}
-    v = verdicts(make_data(dead))
-    assert v["F1"] == final.NOT_TESTABLE and v["F2"] == final.NOT_TESTABLE
-    partial = seeded({r: STUDY_LIKE[r] for r in SEQ[:-1]})
-    row = final.rule_f1(make_data(partial))
-    assert row["verdict"] == final.NOT_TESTABLE and "seq_if" in row["detail"]
-
-
-def _tokens(low_stable, high_consistency):
-    ck = {"low_entropy_stable": low_stable, "high_entropy_consistency": high_consistency,
-          "changed_share_in_high_entropy": 0.3}
-    return {"high_entropy_fraction": 0.06, "checkpoints": {"seq_search": ck, "seq_ecom": ck, "seq_if": ck}}
-
-
-def _weights(cos, ratios):
-    return {"cosine_summary": {"unrelated_oracles": cos, "n_unrelated": 6},
-            "sft_vs_rl": [{"checkpoint": f"c{i}", "sft_over_rl": r} for i, r in enumerate(ratios)]}
-
-
-def test_diagnostics_rules_f3_f4_f5():
-    good = {"tokens": {s: _tokens(0.95, 0.5) for s in (0, 1, 2)},
-            "weights": {s: _weights(0.03 * (s - 1), [4.0, 6.0, None]) for s in (0, 1, 2)}}
-    v = verdicts(make_data(seeded(STUDY_LIKE), good))
-    assert v["F3"] == v["F4"] == v["F5"] == final.REPRODUCED
-    row = final.rule_f5(make_data(seeded(STUDY_LIKE), good))
-    assert row["ours"] == "5.0 ± 0.0" and row["study"] == "3 to 7"
-
-    bad = {"tokens": {0: _tokens(0.3, 0.2)}, "weights": {0: _weights(0.4, [0.5, 0.8])}}
-    v = verdicts(make_data(seeded(STUDY_LIKE), bad))
-    assert v["F3"] == v["F4"] == v["F5"] == final.NOT_REPRODUCED
-    # stable, but high-entropy positions change no more often than low-entropy ones
-    assert final.rule_f3(make_data(seeded(STUDY_LIKE), {"tokens": {0: _tokens(0.95, 0.97)}}))["verdict"] == final.NOT_REPRODUCED
-
-    v = verdicts(make_data(seeded(STUDY_LIKE), {}))
-    assert v["F3"] == v["F4"] == v["F5"] == final.NOT_TESTABLE
-    rl_free = {"weights": {0: {"cosine_summary": {"unrelated_oracles": None, "n_unrelated": 0},
-                               "sft_vs_rl": [{"sft_over_rl": None}]}}}
-    v = verdicts(make_data(seeded(STUDY_LIKE), rl_free))
-    assert v["F4"] == v["F5"] == final.NOT_TESTABLE
-
-
-def test_consolidation_rules_f6_f7_f8():
-    rows = dict(STUDY_LIKE,
-                mmopd=_scores(30, 40, 20, 75, ood=10), sdft=_scores(30, 40, 15, 60, ood=8),
-                merge_uniform=_scores(20, 30, 5, 70, ood=9), merge_ties=_scores(25, 35, 10, 70, ood=9),
-                mle=_scores(39, 44, 29, 84, ood=12))
-    v = verdicts(make_data(seeded(rows)))
-    assert v["F6"] == v["F7"] == v["F8"] == final.REPRODUCED
-
-    # a consolidation at or above seq_final and every oracle on all four: F6 fails; uniform not the weakest: F8 fails;
-    # MLE far below the oracles: F7 fails
-    winner = dict(rows, sdft=_scores(41, 46, 31, 86, ood=8), merge_uniform=_scores(30, 40, 25, 70, ood=9),
-                  mle=_scores(20, 20, 10, 50, ood=12))
-    v = verdicts(make_data(seeded(winner)))
-    assert v["F6"] == v["F7"] == v["F8"] == final.NOT_REPRODUCED
-    assert "sdft" in final.rule_f6(make_data(seeded(winner)))["detail"]
-    # MLE close in-domain but far behind out of domain
-    ood_weak = dict(rows, mle=_scores(39, 44, 29, 84, ood=0), mmopd=_scores(30, 40, 20, 75, ood=30))
-    assert final.rule_f7(make_data(seeded(ood_weak)))["verdict"] == final.NOT_REPRODUCED
-
-    # missing runs, and agentic domains that never rose
-    v = verdicts(make_data(seeded(STUDY_LIKE)))
-    assert v["F6"] == v["F7"] == v["F8"] == final.NOT_TESTABLE
-    assert "mle" in final.rule_f7(make_data(seeded(STUDY_LIKE)))["detail"]
-    flat_agentic = {r: {seed: {k: (0.0 if k in ("nq", "retail") else x) for k, x in sc.items()}
-                        for seed, sc in per.items()} for r, per in seeded(rows).items()}
-    dead = {r: {seed: {k: 0.0 for k in sc} for seed, sc in per.items()} for r, per in seeded(rows).items()}
-    row = final.rule_f7(make_data(dead))
-    assert row["verdict"] == final.NOT_TESTABLE and "no oracle rose" in row["detail"]
-    row = final.rule_f8(make_data(flat_agentic))
-    assert row["verdict"] == final.NOT_TESTABLE and "never rose" in row["detail"]
-    assert final.rule_f8(make_data(seeded(dict(STUDY_LIKE, merge_uniform=rows["merge_uniform"]))))["verdict"] == final.NOT_TESTABLE
-
-
-def test_every_finding_row_names_its_rule_and_the_study():
-    rows = final.findings(make_data(seeded(STUDY_LIKE)))
-    assert [r["finding"] for r in rows] == [f"F{i}" for i in range(1, 9)]
-    for r in rows:
-        assert r["claim"] and r["rule"] and r["quantity"] and r["verdict"] in (
-            final.REPRODUCED, final.NOT_REPRODUCED, final.NOT_TESTABLE)
-    assert "reproduced" in final.verdict_summary(rows)
-    assert final.findings_frame(rows).shape[0] == 8
+    assert cl.loc["mean forgetting", final.STUDY_DERIVED_COLUMN] == "10.6"  # computed from the study's table
+    assert "derived from the study's table" in cl.attrs["note"]
 
 
 # --- the report --------------------------------------------------------------------------------------------
@@ -250,7 +149,7 @@ def _write_report(tmp_path) -> Path:
         (pm / "smoke" / f"seed{s}" / "00_base_model.ipynb").write_text("{}")
     (pm / "smoke" / "12_final_tables.ipynb").write_text("{}")
 
-    path = final.write_report("smoke", [0, 1], overrides)
+    path = report.write_report("smoke", [0, 1], overrides)
     assert path == out / "smoke" / "report.html"
     return path
 
@@ -277,7 +176,9 @@ def _browser() -> str | None:
     return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "chrome")) if p), None)
 
 
-@pytest.mark.skipif(_browser() is None, reason="no Chromium/Chrome here: test_write_report_structure checks the document")
+@pytest.mark.slow
+@pytest.mark.skipif(_browser() is None,
+                    reason="no Chromium/Chrome here: test_write_report_structure checks the document")
 def test_report_renders_in_a_headless_browser(tmp_path):
     """The report as a browser draws it: Chromium runs the inlined plotly.js offline and dumps the DOM it built."""
     import subprocess
@@ -300,6 +201,11 @@ def test_report_renders_in_a_headless_browser(tmp_path):
 def test_plan_runs_12_once_after_every_seed_and_13_only_when_asked(tmp_path):
     names = ["00_base_model", "01_seq_stage_1", "11_mle", "12_final_tables", "13_curriculum_orders"]
     paths = [tmp_path / f"{n}.ipynb" for n in names]
+    # how acl run schedules a notebook is written in the notebook's own metadata, not read from its number
+    schedules = {"12_final_tables": {"runs": "once_over_seeds"}, "13_curriculum_orders": {"opt_in": True}}
+    for p in paths:
+        meta = {"acl": schedules[p.stem]} if p.stem in schedules else {}
+        p.write_text(json.dumps({"cells": [], "metadata": meta, "nbformat": 4, "nbformat_minor": 5}))
     default = nbs.default_notebooks(paths, None)
     assert [p.name[:2] for p in default] == ["00", "01", "11", "12"]
     assert nbs.default_notebooks(paths[-1:], ["13"]) == paths[-1:]
@@ -357,21 +263,22 @@ def test_curriculum_positions_and_ecom_damage():
 # --- what tools/readme_results.py writes ------------------------------------------------------------------------
 
 
-def test_results_markdown_shows_mean_std_the_study_verdicts_and_what_is_missing():
+def test_final_tables_markdown_shows_mean_std_the_study_verdicts_and_what_is_missing():
     rows = seeded(STUDY_LIKE)
     rows["seq_if"].pop(2)  # one seed short
     data = make_data(rows)
     data.missing = {"seq_if": [2]}  # what collect() finds for such a store (test_mean_std_over_seeds_and_missing_runs)
-    text = final.results_markdown(data)
+    text = report.final_tables_markdown(data)
     lines = text.splitlines()
-    seq_math = next(l for l in lines if l.startswith("| seq_math |"))
+    seq_math = next(x for x in lines if x.startswith("| seq_math |"))
     assert seq_math.split(" | ")[1:3] == ["3", "40.5 ± 0.5 (25.8)"]  # seeds, aime26 mean ± std (study)
-    seq_final = next(l for l in lines if l.startswith("| seq_final |"))
+    seq_final = next(x for x in lines if x.startswith("| seq_final |"))
     assert seq_final.split(" | ")[1] == "2"
-    f1 = next(l for l in lines if l.startswith("| F1 |"))
-    assert f1.split(" | ")[1] == final.REPRODUCED
-    f4 = next(l for l in lines if l.startswith("| F4 |"))
+    f1 = next(x for x in lines if x.startswith("| F1 |"))
+    assert f1.split(" | ")[1] == findings.rule_f1(data)["verdict"]  # the README shows the rule's verdict
+    f4 = next(x for x in lines if x.startswith("| F4 |"))
     assert "\\|" in f4 and len(f4.replace("\\|", "").split("|")) == 7  # a rule's |cosine| does not split the row
+    assert "Noise floor: ± is the combined standard error" in text
     assert "Missing for some seeds: " in text and "seq_if (seeds 2)" in text
 
 
@@ -380,19 +287,18 @@ def test_curriculum_markdown_puts_each_domain_at_its_position():
     sc_b = {"base": _scores(5, 10, 0, 20), "seq_math": _scores(5, 40, 0, 20), "seq_search": _scores(5, 12, 30, 20),
             "seq_ecom": _scores(5, 20, 25, 80), "seq_if": _scores(40, 18, 20, 70)}
     frame = curriculum.positions_frame({tuple(CUR): (SEQ, STUDY_LIKE), tuple(order_b): (SEQ, sc_b)})
-    text = curriculum.results_markdown(frame)
-    search = next(l for l in text.splitlines() if l.startswith("| search (nq) |")).strip("| ").split(" | ")
+    text = curriculum.positions_markdown(frame)
+    search = next(x for x in text.splitlines() if x.startswith("| search (nq) |")).strip("| ").split(" | ")
     assert search[1] == "40.0 -> 18.0, then ecom"  # position 1 in order_b
     assert search[2] == "45.0 -> 30.0, then ecom"  # position 2 in the study's order
     assert search[3] == search[4] == "-"
     assert "2 of 2 orders" in text
-    assert curriculum.results_markdown(curriculum.positions_frame({})) == "No order has been scored yet."
+    assert curriculum.positions_markdown(curriculum.positions_frame({})) == "No order has been scored yet."
 
 
 def test_readme_results_section_with_seeds_and_orders(tmp_path):
     """tools/readme_results.py's writer: seed 0's tables, then notebook 12's over the seeds and notebook 13's
     orders, between the markers only; an order not trained yet is named."""
-    from acl_lib import report
     from acl_lib.config import load_config
 
     out = tmp_path / "out"
@@ -413,5 +319,6 @@ def test_readme_results_section_with_seeds_and_orders(tmp_path):
     assert text.startswith("# t\n\n<!-- results:begin (x) -->\n") and text.endswith("<!-- results:end -->\n\ntail\n")
     assert "OLD TEXT" not in text and body in text
     assert "### Over seeds 0, 1 (notebook 12)" in body and "40.5 ± 0.7 (25.8)" in body  # seq_math aime26: 40, 41
-    assert "### Curriculum orders (notebook 13, seed 0)" in body and "finished 2026-12-02 to 2026-12-02; code abc." in body
+    assert "### Curriculum orders (notebook 13, seed 0)" in body
+    assert "finished 2026-12-02 to 2026-12-02; code abc." in body
     assert "Not scored yet: seq1_search, seq2_search-ecom" in body  # the study's order is scored, the others not

@@ -62,6 +62,7 @@ def test_acl_png_0_turns_png_export_off(tmp_path):
     assert png_export.hint(why) == "Figures: interactive only, no PNG copies (ACL_PNG=0)."
 
 
+@pytest.mark.slow
 def test_a_browser_that_hangs_is_given_up_in_bounded_time(tmp_path):
     """A "Chrome" that never answers (a script that sleeps): the probe is killed at its time limit, with the
     browser it started, and the answer is no PNG."""
@@ -83,6 +84,7 @@ def test_a_browser_that_hangs_is_given_up_in_bounded_time(tmp_path):
     assert not left.stdout.strip(), "the hung browser was left running"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(png_export.find_chrome() is None, reason="no Chrome or Chromium installed here")
 def test_with_a_browser_png_export_works():
     ok, why = png_export.probe()
@@ -220,6 +222,7 @@ def _start_never_returning(tmp_path: Path) -> tuple[subprocess.Popen, Path, int]
     return proc, executed, int(marker.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("presses", [1, 2])
 def test_ctrl_c_ends_a_run_whose_cell_never_stops(tmp_path, presses):
     """One Ctrl-C: the kernel is killed after the grace period and the process exits 130 within 15 s; a second

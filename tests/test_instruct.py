@@ -209,7 +209,7 @@ def test_title():
 def test_case_rules():
     assert ok("change_case:english_lowercase", {}, "all lower, 123!")
     assert not ok("change_case:english_lowercase", {}, "Not all lower")
-    assert ok("change_case:english_capital", {}, "ALL CAPS, 123!")
+    assert ok("change_case:english_capital", {}, "ALL OF THIS ANSWER IS WRITTEN IN CAPITAL LETTERS, 123!")
     assert not ok("change_case:english_capital", {}, "ALL CAPS but one")
 
 
@@ -220,8 +220,9 @@ def test_capital_word_frequency():
     assert not ok("change_case:capital_word_frequency", at_least, "This is VERY important.")
     assert ok("change_case:capital_word_frequency", less, "This is VERY important.")
     assert not ok("change_case:capital_word_frequency", less, "WOW, SUCH caps.")
-    assert ok("change_case:capital_word_frequency", {"capital_frequency": 1, "capital_relation": "less than"}, "well-KNOWN")
-    assert not ok("change_case:capital_word_frequency", {"capital_frequency": 1, "capital_relation": "less than"}, "WELL-KNOWN")
+    at_most_0 = {"capital_frequency": 1, "capital_relation": "less than"}
+    assert ok("change_case:capital_word_frequency", at_most_0, "well-KNOWN")
+    assert not ok("change_case:capital_word_frequency", at_most_0, "WELL-KNOWN")
 
 
 def test_no_comma():
@@ -358,7 +359,8 @@ def test_ood_verifiers():
 # ---------------------------------------------------------------- never raises
 
 _KWARGS = {
-    "keywords:existence": {"keywords": ["a(", "b"]}, "keywords:frequency": {"keyword": "[x", "frequency": 1, "relation": "at least"},
+    "keywords:existence": {"keywords": ["a(", "b"]},
+    "keywords:frequency": {"keyword": "[x", "frequency": 1, "relation": "at least"},
     "keywords:forbidden_words": {"forbidden_words": ["c", "d+"]},
     "keywords:letter_frequency": {"letter": "a", "let_frequency": 2, "let_relation": "less than"},
     "length_constraints:number_sentences": {"num_sentences": 2, "relation": "at least"},
@@ -380,7 +382,8 @@ _IDS = [i for i in VERIFIERS if i != "language:response_language"]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=st.text(max_size=200) | st.text(alphabet=st.sampled_from(list('*-\n .,"<>[]{}#P.S0123456789aZ')), max_size=200))
+@given(text=st.text(max_size=200)
+       | st.text(alphabet=st.sampled_from(list('*-\n .,"<>[]{}#P.S0123456789aZ')), max_size=200))
 def test_verifiers_never_raise(text):
     for iid in _IDS:
         assert isinstance(check_instruction(iid, _KWARGS.get(iid, {}), text), bool)
@@ -388,19 +391,21 @@ def test_verifiers_never_raise(text):
 
 
 def test_bad_kwargs_and_non_string_responses_give_false():
-    assert check_instruction("length_constraints:number_words", {"num_words": "x", "relation": "at least"}, "a b") is False
-    assert check_instruction("keywords:letter_frequency", {"letter": "ab", "let_frequency": 1, "let_relation": "less than"}, "a") is False
+    assert check_instruction("length_constraints:number_words", {"num_words": "x", "relation": "at least"},
+                             "a b") is False
+    assert check_instruction("keywords:letter_frequency", {"letter": "ab", "let_frequency": 1,
+                                                           "let_relation": "less than"}, "a") is False
     assert check_instruction("punctuation:no_comma", {}, None) is False
     assert check_instruction_loose("punctuation:no_comma", {}, 42) is False
 
 
 def test_huge_inputs_stay_fast():
     texts = ["\n" * 50_000, " \n" * 30_000 + "-", " " * 60_000 + "x", "." * 60_000, "a" * 60_000, "*x* [y], " * 8_000]
-    t0 = time.time()
+    t0 = time.process_time()  # CPU seconds: a bound on work, whatever else shares the cores
     for text in texts:
         for iid in _IDS:
             check_instruction_loose(iid, _KWARGS.get(iid, {}), text)
-    assert time.time() - t0 < 15
+    assert time.process_time() - t0 < 15
 
 
 # ---------------------------------------------------------------- generator and environment
@@ -440,7 +445,8 @@ def test_partial_reward_and_failure_lists_ids():
 def test_splits_are_deterministic_disjoint_and_cover_families():
     env = InstructEnv(WorldsConfig(), seed=0)
     train = env.tasks("train", 120, seed=0)
-    assert [t.to_dict() for t in train] == [t.to_dict() for t in InstructEnv(WorldsConfig(), seed=0).tasks("train", 120, seed=0)]
+    again = InstructEnv(WorldsConfig(), seed=0).tasks("train", 120, seed=0)
+    assert [t.to_dict() for t in train] == [t.to_dict() for t in again]
     assert [t.user_prompt for t in train] != [t.user_prompt for t in env.tasks("train", 120, seed=1)]
     test = env.tasks("test", 120, seed=0)
     ood = env.tasks("ifbench", 60, seed=0)
@@ -472,7 +478,8 @@ def test_real_jsonl_loader(tmp_path):
     env = InstructEnv(WorldsConfig(data_dir=str(DATA)), seed=0)
     test = env.tasks("test", 100)
     assert len(test) == 6 and test[0].answer["kwargs"][0] == {}  # None-valued kwargs dropped
-    assert test[3].answer["kwargs"][0] == {"prompt_to_repeat": "Write a product description for a reusable water bottle."}
+    repeat = "Write a product description for a reusable water bottle."
+    assert test[3].answer["kwargs"][0] == {"prompt_to_repeat": repeat}
     assert len(env.tasks("test", 2, seed=5)) == 2
     ood = env.tasks("ifbench", 100)
     assert {i for t in ood for i in t.answer["instruction_id_list"]} <= set(OOD_IDS)
@@ -522,8 +529,10 @@ def test_response_language_needs_langdetect(monkeypatch):
 def test_response_language_with_langdetect():
     pytest.importorskip("langdetect")
     kw = {"language": "fr"}
-    assert check_instruction("language:response_language", kw, "Bonjour, je suis très content de vous voir aujourd'hui.")
-    assert not check_instruction("language:response_language", kw, "Hello, I am very happy to see you today, my friend.")
+    french, english = ("Bonjour, je suis très content de vous voir aujourd'hui.",
+                       "Hello, I am very happy to see you today, my friend.")
+    assert check_instruction("language:response_language", kw, french)
+    assert not check_instruction("language:response_language", kw, english)
 
 
 def test_tasks_survive_an_arrow_round_trip():

@@ -28,6 +28,7 @@ from acl_lib.envs import llm_user
 from acl_lib.envs.llm_user import GREETING, LLMUser, OpenAIChat, UserSimError
 from acl_lib.envs.mock import MockEnv
 from acl_lib.envs.retail import RetailEnv
+from acl_lib.eval import harness  # hands llm_user the evaluator's policies for the local backends (hf here)
 from conftest import ROOT, child_env
 
 TAU2 = ROOT / "tests" / "data" / "tau2"
@@ -122,7 +123,8 @@ def test_the_simulator_sees_the_conversation_with_roles_flipped():
     assert user.first_message() == "I want to return a lamp." and user.first_message() == "I want to return a lamp."
     assert seen[0][1:] == [{"role": "user", "content": GREETING}] and seen[0][0]["role"] == "system"
     assert user.reply(ASK_EMAIL).endswith("###STOP###") and user.signal == "stop" and user.done
-    assert seen[1][1:] == [{"role": "user", "content": GREETING}, {"role": "assistant", "content": "I want to return a lamp."},
+    assert seen[1][1:] == [{"role": "user", "content": GREETING},
+                           {"role": "assistant", "content": "I want to return a lamp."},
                            {"role": "user", "content": ASK_EMAIL}]
     assert user.reply("anything else?") == "" and len(seen) == 2  # over: the model is not asked again
 
@@ -148,6 +150,26 @@ def test_turn_limit_and_transfer_signals():
     assert user.first_message() and user.signal == "transfer"
 
 
+def test_a_local_simulating_model_is_loaded_by_the_policy_handed_down(monkeypatch):
+    """The simulator (envs layer) never imports the evaluator (the layer above): a local model is loaded by the
+    factory the evaluator hands it (``use_local_policy``; ``acl_lib.eval.harness`` does on import)."""
+    assert llm_user._LOCAL_POLICY is harness.user_simulator_policy
+    monkeypatch.setattr(llm_user, "_SIMULATORS", {})
+    monkeypatch.setattr(llm_user, "_LOCAL_POLICY", None)
+    with pytest.raises(RuntimeError, match="use_local_policy"):
+        llm_user.simulator_for(hf_sim())
+    loaded = []
+
+    def factory(cfg, model):
+        loaded.append((cfg.backend, model))
+        return lambda batch: ["Hi, I need help with an order."]
+
+    chat = llm_user.simulator_for(hf_sim(), local_policy=factory)
+    assert loaded == [("hf", str(MINI_BASE))]
+    assert LLMUser({"instructions": "x"}, chat).first_message() == "Hi, I need help with an order."
+    assert llm_user.simulator_for(hf_sim()) is chat and len(loaded) == 1  # one simulator per config and process
+
+
 # --- in process: the mini base as the simulating LLM ----------------------------------------------------------
 
 
@@ -166,6 +188,7 @@ def test_without_a_simulator_real_tasks_are_refused_with_the_key_to_set():
         load_config("smoke", ["worlds.user_sim.backend=openai", "worlds.user_sim.model=m"])
 
 
+@pytest.mark.slow
 def test_real_retail_tasks_are_played_and_scored_by_database_equality(retail_env):
     tasks = [t for t in retail_env.tasks("test", 40) if write_task(t)][:2]
     assert len(tasks) == 2

@@ -162,7 +162,8 @@ def test_fuzz_never_raises(response, gold):
 @given(
     st.text(alphabet=st.characters(blacklist_characters="aA:\\"), max_size=200),
     st.integers(-10**9, 10**9),
-    st.sampled_from(["Answer: {v}", "Answer:{v}", "Answer: ${v}$", "answer: {v}.", "Answer: {c}", "Answer: \\boxed{{{v}}}"]),
+    st.sampled_from(["Answer: {v}", "Answer:{v}", "Answer: ${v}$", "answer: {v}.", "Answer: {c}",
+                     "Answer: \\boxed{{{v}}}"]),
 )
 def test_fuzz_integer_answers(prefix, value, form):
     text = prefix + "\n" + form.format(v=value, c=f"{value:,}") + "  \n"
@@ -281,7 +282,8 @@ def test_missing_real_files_are_named(tmp_path):
     shutil.copy(DATA / "math" / "aime26.jsonl", tmp_path / "math")
     env = _real_env(tmp_path)
     assert len(env.tasks("test", 10)) == 3
-    for split, name in [("train", "dapo_math_17k.parquet"), ("gpqa", "gpqa_diamond.csv"), ("mmlu_redux", "mmlu_redux.jsonl")]:
+    for split, name in [("train", "dapo_math_17k.parquet"), ("gpqa", "gpqa_diamond.csv"),
+                        ("mmlu_redux", "mmlu_redux.jsonl")]:
         with pytest.raises(FileNotFoundError, match=name):
             env.tasks(split, 1)
 

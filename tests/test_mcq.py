@@ -137,8 +137,8 @@ def test_real_gpqa_loader():
     # deterministic per world seed; another world seed reshuffles at least one question
     assert [t.answer for t in MathEnv(WorldsConfig(data_dir=str(DATA)), seed=0).tasks("gpqa", 100)] == \
         [t.answer for t in tasks]
-    orders = {tuple(tuple(t.meta["options"]) for t in MathEnv(WorldsConfig(data_dir=str(DATA)), seed=s).tasks("gpqa", 9))
-              for s in range(6)}
+    worlds = WorldsConfig(data_dir=str(DATA))
+    orders = {tuple(tuple(t.meta["options"]) for t in MathEnv(worlds, seed=s).tasks("gpqa", 9)) for s in range(6)}
     assert len(orders) > 1
 
 

@@ -14,16 +14,21 @@ from pathlib import Path
 import pytest
 import torch
 
+from acl_lib import pipeline
+from acl_lib.config import load_config
 from acl_lib.consolidate import mle
-from test_train_kit import DeskEnv, base_dir, tiny_cfg  # noqa: F401  (fixture)
+from acl_lib.envs import BENCHMARKS
+from acl_lib.envs.base import Task
+from acl_lib.eval.harness import run_episodes, world
+from acl_lib.runs import Run, run_once
+from acl_lib.train.common import read_log
+from train_kit import DeskEnv, tiny_cfg
 
 torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
 def smoke_cfg(tmp_path_factory):
-    from acl_lib.config import load_config
-
     return load_config("smoke", {"output_dir": str(tmp_path_factory.mktemp("mle") / "outputs"), "torch_threads": 1,
                                  "worlds.n_test": 2, "worlds.n_ood": 2})
 
@@ -48,6 +53,7 @@ def _adapters(base_dir, root: Path, names=("a", "b"), rank=4) -> dict:
 # --- the backbone ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_backbone_is_bit_identical_after_expert_training(base_dir, tmp_path):
     from safetensors.torch import load_file
 
@@ -79,12 +85,11 @@ def _expert_cfg(tmp_path, **extra):
                                  **extra})
 
 
+@pytest.mark.slow
 def test_an_interrupted_expert_resumes_without_redoing_finished_work(base_dir, tmp_path):
     """A crash after the cold start and one GRPO step: the restart keeps the cold start (no SFT step re-run) and
     continues GRPO from its checkpoint (one more step logged, not two)."""
     import shutil
-
-    from acl_lib.train.common import read_log
 
     cfg = _expert_cfg(tmp_path)
     out = tmp_path / "expert"
@@ -146,8 +151,6 @@ def test_context_router_reads_no_label_field(smoke_cfg):
     router = mle.ContextRouter(smoke_cfg.mle.fallback)
     tasks = mle.benchmark_tasks(smoke_cfg)
     junk = {"id": "x-0", "benchmark": "gpqa", "answer": {"gold": "ecom"}, "meta": {"domain": "math"}, "domain": "mock"}
-    from acl_lib.envs import BENCHMARKS
-
     for key, ts in tasks.items():
         assert ts, key
         for t in ts:
@@ -194,8 +197,6 @@ class _ByUser(mle.Router):
 def test_mixed_batch_equals_each_adapter_alone_token_for_token(base_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from acl_lib.eval.harness import run_episodes
-
     adapters = _adapters(base_dir, tmp_path)
     model, tok = mle.load_routed_model(base_dir, adapters)
     tok.padding_side = "left"
@@ -240,8 +241,6 @@ def test_mixed_batch_equals_each_adapter_alone_token_for_token(base_dir, tmp_pat
 
 
 def test_vllm_multi_lora_requests_are_rendered_without_vllm(base_dir, tmp_path):
-    from acl_lib.envs.base import Task
-
     adapters = {"search": tmp_path / "s", "ecom": tmp_path / "e"}
     calls = []
 
@@ -278,8 +277,6 @@ def test_vllm_multi_lora_requests_are_rendered_without_vllm(base_dir, tmp_path):
 
 
 def test_switch_episode_changes_desk_and_keeps_one_message_list(smoke_cfg):
-    from acl_lib.eval.harness import world
-
     search, retail = world(smoke_cfg, "search"), world(smoke_cfg, "retail")
     a = search.start(search.tasks("test", 1, seed=0)[0], max_turns=4)
     b = retail.start(retail.tasks("test", 1, seed=0)[0], max_turns=4)
@@ -301,10 +298,6 @@ def test_an_mle_evaluation_whose_routes_another_router_repeats_is_copied(tmp_pat
     """``mle_learned`` is evaluated by copying ``mle``'s evaluation when the learned router makes every routing
     decision the context router recorded there (then both policies generate the same tokens); one decision it
     would make differently and it is evaluated itself."""
-    from acl_lib import pipeline
-    from acl_lib.config import load_config
-    from acl_lib.runs import Run, run_once
-
     cfg = load_config("smoke", [f"output_dir={tmp_path / 'outputs'}"], seed=0)
     done = lambda r: None  # noqa: E731  the runs the evaluation depends on, complete without training
     for run in [mle.start_run(cfg, "sdft_base"), mle.router_run(cfg)] + \
@@ -345,8 +338,9 @@ def test_an_mle_evaluation_whose_routes_another_router_repeats_is_copied(tmp_pat
     assert mle.eval_twin(cfg, learned_spec).name == f"mle/{pipeline.EVAL_DIR}"
     assert mle.eval_twin(cfg, mle.MLESpec("mle_r4", rank=4)) is None  # other experts: never a twin
 
-    monkeypatch.setattr(mle, "make_mle_policy", lambda *a, **k: pytest.fail("a twin's evaluation must be copied"))
-    monkeypatch.setattr(mle, "backbone_check", lambda *a, **k: pytest.fail("mle_learned is complete already"))
+    serving = mle.serving  # where run_mle looks both up
+    monkeypatch.setattr(serving, "make_mle_policy", lambda *a, **k: pytest.fail("a twin's evaluation must be copied"))
+    monkeypatch.setattr(serving, "backbone_check", lambda *a, **k: pytest.fail("mle_learned is complete already"))
     mle.run_mle(cfg, learned_spec)
     out = mle.mle_run(cfg, learned_spec).path / pipeline.EVAL_DIR
     assert json.loads((out / "metrics.json").read_text()) == {"scores": {"aime26": 12.5}, "model": "mle_learned"}

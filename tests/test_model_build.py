@@ -15,7 +15,6 @@ from acl_lib.model import (
     BASE_SECTIONS,
     apply_chat_convention,
     base_checkpoint,
-    build_base,
     build_model,
     count_parameters,
     load_model_and_tokenizer,
@@ -24,6 +23,7 @@ from acl_lib.model import (
     train_tokenizer,
 )
 from acl_lib.model.chat_template import IM_END, PAD_TOKEN, RESPONSE_TEMPLATE
+from acl_lib.pipeline import build_base
 
 torch.set_num_threads(1)
 
@@ -107,6 +107,7 @@ def test_apply_chat_convention_fixes_a_base_style_tokenizer(tok, tmp_path):
     assert base_like.padding_side == "left" and base_like.response_template == RESPONSE_TEMPLATE
 
 
+@pytest.mark.slow
 def test_build_base_smoke_writes_a_complete_run_once(tmp_path):
     cfg = load_config("smoke", [f"output_dir={tmp_path}", "pretrain.corpus_chars=60000"])
     path = build_base(cfg)
@@ -158,6 +159,7 @@ def _tool_conversation(a: int, b: int) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_sft_trainer_assistant_only_loss_one_step(cfg, tok, tmp_path):
     from trl import SFTConfig, SFTTrainer
 
@@ -181,6 +183,7 @@ def test_sft_trainer_assistant_only_loss_one_step(cfg, tok, tmp_path):
     assert any(not torch.equal(p0, p) for p0, p in zip(before, model.parameters()))
 
 
+@pytest.mark.slow
 def test_grpo_trainer_accepts_our_tokenizer_and_tools(cfg, tok, tmp_path):
     from trl import GRPOConfig, GRPOTrainer
 
@@ -230,7 +233,8 @@ def test_a_shipped_base_is_checked_against_its_card_before_use(tmp_path, cfg, to
     path = build_base(shipped_cfg, evaluate=False)
     info = json.loads((tmp_path / "out" / "smoke" / "seed0" / "base" / "base.json").read_text())
     assert info["built_here"] is False and info["card"]["sha256"] == card["sha256"]
-    assert shipped.sha256(tmp_path / "out" / "smoke" / "seed0" / "base" / "model" / "model.safetensors") == card["sha256"]
+    weights = tmp_path / "out" / "smoke" / "seed0" / "base" / "model" / "model.safetensors"
+    assert shipped.sha256(weights) == card["sha256"]
     assert path == base_checkpoint(shipped_cfg)
     # a shipped base does not depend on the worlds: changing them keeps it complete
     from acl_lib.model import base_run

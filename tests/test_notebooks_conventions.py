@@ -47,17 +47,47 @@ def test_convention_checker_catches_each_violation(tmp_path):
 
     assert "does not match" in mutated("3_Bad.ipynb", lambda nb: None)
     assert "first markdown cell" in mutated("03_a.ipynb", lambda nb: nb["cells"][0].update(source="# no command"))
-    assert "exactly one cell tagged" in mutated("03_b.ipynb", lambda nb: nb["cells"][3]["metadata"].update(tags=["parameters"]))
+    def cell(i: int, source: str):  # a mutation: cell i's source replaced
+        return lambda nb: nb["cells"][i].update(source=source)
+
+    assert "exactly one cell tagged" in mutated("03_b.ipynb",
+                                                lambda nb: nb["cells"][3]["metadata"].update(tags=["parameters"]))
     assert "outputs" in mutated("03_c.ipynb", lambda nb: nb["cells"][3].update(execution_count=4))
-    assert "does not define overrides" in mutated("03_d.ipynb", lambda nb: nb["cells"][1].update(source='profile = "mini"\nseed = 0'))
-    assert "not a literal" in mutated("03_e.ipynb", lambda nb: nb["cells"][1].update(source='profile = "mini"\nseed = 0\noverrides = list()'))
-    assert "cannot parse" in mutated("03_h.ipynb", lambda nb: nb["cells"][1].update(source='profile = "mini"\nseed = 0\noverrides = []  # e.g. ["eval.k=4"]'))
-    assert "defaults to 'smoke'" in mutated("03_i.ipynb", lambda nb: nb["cells"][1].update(source='profile = "smoke"\nseed = 0\noverrides = []'))
-    assert "load_config(profile, overrides, seed=seed)" in mutated("03_f.ipynb", lambda nb: nb["cells"][2].update(source="cfg = None"))
+    assert "does not define overrides" in mutated("03_d.ipynb", cell(1, 'profile = "mini"\nseed = 0'))
+    assert "not a literal" in mutated("03_e.ipynb", cell(1, 'profile = "mini"\nseed = 0\noverrides = list()'))
+    assert "cannot parse" in mutated("03_h.ipynb",
+                                     cell(1, 'profile = "mini"\nseed = 0\noverrides = []  # e.g. ["eval.k=4"]'))
+    assert "defaults to 'smoke'" in mutated("03_i.ipynb", cell(1, 'profile = "smoke"\nseed = 0\noverrides = []'))
+    assert "load_config(profile, overrides, seed=seed)" in mutated("03_f.ipynb", cell(2, "cfg = None"))
     (tmp_path / "03_g.ipynb").write_text("{not json")
     assert "not valid JSON" in " ".join(check_conventions(tmp_path / "03_g.ipynb"))
 
 
+def test_the_schedule_is_the_notebooks_own_metadata(tmp_path):
+    """How ``acl run`` schedules a notebook (once over all seeds, opt-in) is read from ``metadata.acl``, checked by
+    the conventions, and kept by ``acl nbstrip``, which drops only ``acl run``'s interruption mark."""
+    from acl_lib.notebooks import across_seeds, schedule
+
+    p = write_notebook(tmp_path / "07_tables.ipynb", ["x = seeds"])
+    assert schedule(p) == {"runs": "per_seed", "opt_in": False} and not across_seeds(p)
+    nb = json.loads(p.read_text())
+    nb["metadata"]["acl"] = {"runs": "once_over_seeds", "interrupted": True, "at": "2026-01-01T00:00:00+00:00"}
+    p.write_text(json.dumps(nb))
+    assert across_seeds(p) and default_notebooks([p]) == [p]
+    assert strip_outputs(p) is True
+    assert json.loads(p.read_text())["metadata"]["acl"] == {"runs": "once_over_seeds"}
+    assert check_conventions(p) == ["runs once over the seeds (metadata.acl.runs) but its parameters cell does not "
+                                    "define seeds"]
+    nb = json.loads(p.read_text())
+    nb["metadata"]["acl"] = {"opt_in": "yes"}
+    p.write_text(json.dumps(nb))
+    assert "opt_in must be true or false" in " ".join(check_conventions(p))
+    nb["metadata"]["acl"] = {"opt_in": True}
+    p.write_text(json.dumps(nb))
+    assert default_notebooks([p]) == [] and default_notebooks([p], ["07"]) == [p]
+
+
+@pytest.mark.slow
 def test_strip_outputs_and_nbstrip_check(tmp_path):
     p = write_notebook(tmp_path / "05_dirty.ipynb", ["print('hi')"])
     nb = json.loads(p.read_text())
@@ -66,7 +96,8 @@ def test_strip_outputs_and_nbstrip_check(tmp_path):
     nb["metadata"]["papermill"] = {"parameters": {}}
     p.write_text(json.dumps(nb, indent=1))
 
-    check = subprocess.run([*ACL, "nbstrip", "--check", str(p)], capture_output=True, text=True, env=child_env(), timeout=60)
+    check = subprocess.run([*ACL, "nbstrip", "--check", str(p)], capture_output=True, text=True, env=child_env(),
+                           timeout=60)
     assert check.returncode == 1 and "would strip" in check.stdout
     assert strip_outputs(p) is True
     clean = json.loads(p.read_text())
@@ -75,7 +106,8 @@ def test_strip_outputs_and_nbstrip_check(tmp_path):
     assert clean["cells"][1]["metadata"]["tags"] == ["parameters"]
     assert check_conventions(p) == []
     assert strip_outputs(p) is False, "a clean notebook is left untouched"
-    check = subprocess.run([*ACL, "nbstrip", "--check", str(p)], capture_output=True, text=True, env=child_env(), timeout=60)
+    check = subprocess.run([*ACL, "nbstrip", "--check", str(p)], capture_output=True, text=True, env=child_env(),
+                           timeout=60)
     assert check.returncode == 0
 
 
@@ -104,7 +136,8 @@ def test_saving_in_lab_then_nbstrip_leaves_the_committed_bytes(tmp_path, path):
 
 
 def _stream_lines(cell: dict) -> int:
-    return sum("".join(o.get("text", "")).count("\n") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    streams = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream"]
+    return sum("".join(o.get("text", "")).count("\n") for o in streams)
 
 
 SCREENFUL = 40  # log lines a cell may print; progress has its own one-line display
@@ -128,7 +161,8 @@ def test_all_notebooks_execute_under_smoke(tmp_path):
     lines = res.stdout.splitlines()
     jobs = plan_jobs(default_notebooks(NOTEBOOKS), [0])  # what `acl run` executes: the opt-in ones (13) left out
     assert f"[2/{len(jobs)}] 01_seq_stage_1.ipynb  (profile smoke, seed 0)" in lines
-    assert any(re.search(r"seq_search · sft: \d+/\d+ steps \(\d+%\) · loss [\d.]+", x) for x in lines), res.stdout[-3000:]
+    sft_progress = r"seq_search · sft: \d+/\d+ steps \(\d+%\) · loss [\d.]+"
+    assert any(re.search(sft_progress, x) for x in lines), res.stdout[-3000:]
     assert any(re.search(r"seq_search · grpo: \d+/\d+ steps .* reward [\d.]+", x) for x in lines), res.stdout[-3000:]
     assert any(re.search(r"seq_if/eval · eval: \d+/\d+ episodes .*, ~\d+s left", x) for x in lines), res.stdout[-3000:]
     # the same lines are in the run's log, with the trainer's own output
@@ -144,7 +178,8 @@ def test_all_notebooks_execute_under_smoke(tmp_path):
         cells = json.loads(executed.read_text())["cells"]
         for i, cell in enumerate(cells):
             assert _stream_lines(cell) <= SCREENFUL, f"{nb.name} cell {i}: {_stream_lines(cell)} log lines"
-        figures = [o for c in cells for o in c.get("outputs", []) if "application/vnd.plotly.v1+json" in o.get("data", {})]
+        outputs = [o for c in cells for o in c.get("outputs", [])]
+        figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
         assert figures, f"{nb.name} draws no figure"
         html, _ = HTMLExporter().from_filename(str(executed))
         assert html.count("Plotly.newPlot(") >= len(figures), f"{nb.name}: figures missing from the HTML"

@@ -1,9 +1,10 @@
 """Set-up: pyproject.toml and environment.yml agree; the Makefile installs CPU torch first and is idempotent;
-CI runs the README's test command."""
+CI runs `make test`, and every `make` target the README names exists."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -61,9 +62,14 @@ def test_ci_runs_make_test():
     ci = ROOT / ".ci" / "run"
     text = ci.read_text()
     assert os.access(ci, os.X_OK) and text.startswith("#!/usr/bin/env bash")
-    assert "set -euo pipefail" in text and "make test" in text
-    readme = (ROOT / "README.md").read_text()
-    assert "make run" in readme and "make test" in readme
+    assert "set -euo pipefail" in text and re.search(r"^make test$", text, re.M)
+
+
+def test_every_make_target_the_readme_names_is_in_the_makefile():
+    targets = set(re.findall(r"^([A-Za-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
+    named = set(re.findall(r"(?:^|`)make ([a-z][\w-]*)", (ROOT / "README.md").read_text(), re.M))
+    assert {"run", "test"} <= named, "the README gives the two set-up commands"
+    assert named <= targets, f"the README names targets the Makefile lacks: {sorted(named - targets)}"
 
 
 def _dry_run(workdir, target="test"):

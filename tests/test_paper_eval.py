@@ -20,19 +20,19 @@ from acl_lib.config import load_config
 from acl_lib.envs import BENCHMARKS
 from acl_lib.envs.base import SingleTurnEpisode, Task
 from acl_lib.eval import harness
-from test_train_kit import make_base, tiny_cfg
+from train_kit import tiny_cfg
 
 torch.set_num_threads(1)
 DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="module")
-def base_like_dir(tmp_path_factory):
-    """A tiny checkpoint whose tokenizer and generation config end text at ``<|endoftext|>`` (as Qwen3-8B-Base)."""
+def base_like_dir(base_dir, tmp_path_factory):
+    """A tiny checkpoint whose tokenizer and generation config end text at ``<|endoftext|>`` (as Qwen3-8B-Base):
+    a copy of the session's ``base_dir`` with that eos."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    d = tmp_path_factory.mktemp("base_like") / "model"
-    make_base(d, tiny_cfg(tmp_path_factory.mktemp("cfg")))
+    d = shutil.copytree(base_dir, tmp_path_factory.mktemp("base_like") / "model")
     tok = AutoTokenizer.from_pretrained(d)
     tok.eos_token = "<|endoftext|>"
     tok.save_pretrained(d)
@@ -159,7 +159,8 @@ def test_vllm_policy_stops_at_im_end_and_guards_the_context(base_like_dir):
     # the long prompt never reached the engine, and its episode ended alone
     (prompts, params), = engine.requests
     assert len(prompts) == 1 and len(prompts[0]["prompt_token_ids"]) <= 200 - 16
-    assert params["stop_token_ids"] == policy.stop_ids and tok.convert_tokens_to_ids("<|im_end|>") in params["stop_token_ids"]
+    assert params["stop_token_ids"] == policy.stop_ids
+    assert tok.convert_tokens_to_ids("<|im_end|>") in params["stop_token_ids"]
     assert params["max_tokens"] == 16 and params["temperature"] == 0.6
     assert episodes[1].done and "context limit" in (episodes[1].end_reason or episodes[1].failure or "")
     assert episodes[0].messages[-1]["content"] == first  # cut at <|im_end|> even if the engine returned more
@@ -220,6 +221,7 @@ def test_pooled_benchmarks_report_each_dataset_and_their_mean(tmp_path):
     assert harness.dataset_scores(tasks[:9], [True] * 9) == {}  # one source: nothing to break down
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_evaluation_in_a_subprocess_matches_in_process(base_like_dir, tmp_path, capfd):
     """launcher.eval_subprocess (paper): the same scores and records, from a process that frees the GPU as it ends."""

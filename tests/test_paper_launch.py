@@ -21,7 +21,7 @@ import torch
 from acl_lib.config import load_config
 from acl_lib.train import launcher
 from acl_lib.train.common import DS_CONFIG_ENV
-from test_train_kit import DeskEnv, base_dir, desk_expert, tiny_cfg  # noqa: F401  (fixture)
+from train_kit import DeskEnv, desk_expert, tiny_cfg
 
 torch.set_num_threads(1)
 
@@ -61,6 +61,7 @@ def _paper_cfg(tmp_path, **extra):
                                            **extra})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_hostfile_launch_forwards_the_zero_config_to_every_node(tmp_path):
     from acl_lib.runs import Run
@@ -168,6 +169,7 @@ def test_activation_checkpointing_is_a_profile_setting(tmp_path):
                 assert args.activation_checkpointing_kwargs == {"use_reentrant": False}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sft_trains_with_activation_checkpointing(base_dir, tmp_path, monkeypatch):
     """The setting reaches the model: a real SFT job with checkpointing on trains with it enabled."""

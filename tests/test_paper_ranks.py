@@ -33,6 +33,7 @@ print(json.dumps({"built": r.built, "hits": len(r.search("river", 2))}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_ranks_build_the_bm25_index_once(tmp_path):
     corpus = tmp_path / "corpus.jsonl"

@@ -13,7 +13,7 @@ What each test covers (issue 15):
   ``GRPOTrainer`` step on both observation kinds (tool results, a simulated user) moves the weights.
 * ``test_paper_profile_rehearsal``: item 3 with items 1 and 2: ``load_config("paper")`` with overrides that only
   shrink sizes and point at local files: the data layout ``acl data prepare`` writes (built from tests/data by
-  tests/test_paper_data.py's helper) and checked complete by ``acl data check``; multi-turn GRPO on real tau2
+  tests/paper_layout.py) and checked complete by ``acl data check``; multi-turn GRPO on real tau2
   retail tasks whose customer is the LLM user simulator (backend ``hf``, the tiny Qwen3 model), through
   ``launcher.launch``; the trained checkpoint evaluated on the whole suite (real-data loaders of every benchmark)
   through the process boundary the cluster uses (``launcher.eval_subprocess``: ``pipeline.evaluate_checkpoint``).
@@ -43,7 +43,7 @@ import torch
 from acl_lib.config import load_config
 from acl_lib.train import trl_env
 from conftest import ROOT
-from test_train_kit import DeskEnv, _corpus, desk_expert
+from train_kit import DeskEnv, desk_corpus, desk_expert
 
 torch.set_num_threads(1)
 
@@ -109,7 +109,7 @@ def make_qwen3_base(path: Path, vocab_size: int = 4096) -> Path:
 
     cfg = load_config("smoke")
     torch.manual_seed(0)
-    tok = train_tokenizer(list(_corpus()) + _retail_text(), vocab_size, model_max_length=8192)
+    tok = train_tokenizer(list(desk_corpus()) + _retail_text(), vocab_size, model_max_length=8192)
     model = build_model(cfg.model.model_copy(update={"max_position_embeddings": 8192}), tok)
     tok.chat_template = qwen3_chat_template
     _teach_short_turns(model, tok)
@@ -183,6 +183,7 @@ def check_mask_against_template(tok, template, episode, prompt_ids, completion_i
 # --- defect 3 ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_qwen3s_own_template_breaks_rollouts_and_its_training_variant_fixes_them(qwen3_tok):
     from trl.chat_template_utils import qwen3_chat_template, qwen3_training_chat_template
 
@@ -210,6 +211,7 @@ def test_qwen3s_own_template_breaks_rollouts_and_its_training_variant_fixes_them
         check_mask_against_template(tok, template, ep, r.prompt_ids, r.completion_ids, r.env_mask)
 
 
+@pytest.mark.slow
 def test_a_template_without_a_training_variant_is_refused_before_training(qwen3_tok):
     """A non-prefix-preserving template TRL does not know is an error naming the cause, not a silent mis-mask."""
     tok = qwen3_tok
@@ -222,6 +224,7 @@ def test_a_template_without_a_training_variant_is_refused_before_training(qwen3_
         tok.chat_template = saved
 
 
+@pytest.mark.slow
 def test_multi_turn_grpo_step_with_qwen3s_template(qwen3_dir, tmp_path):
     from acl_lib.runs import Run
     from acl_lib.train import grpo
@@ -250,12 +253,9 @@ def test_multi_turn_grpo_step_with_qwen3s_template(qwen3_dir, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def layout(tmp_path_factory):
-    """The data layout of ``acl data prepare`` built from the test fixtures (tests/test_paper_data.py's helper)."""
-    from test_paper_data import build_layout
-
-    d, _ = build_layout(tmp_path_factory.mktemp("data"))
-    return d
+def layout(paper_layout):
+    """The data layout of ``acl data prepare`` built from the test fixtures (conftest.py's ``paper_layout``)."""
+    return paper_layout[0]
 
 
 def rehearsal_overrides(tmp_path: Path, layout: Path, model_dir: Path) -> dict:
@@ -283,6 +283,7 @@ def tok_decode(model_dir, ids) -> str:
     return AutoTokenizer.from_pretrained(model_dir).decode(ids)
 
 
+@pytest.mark.slow
 def test_paper_profile_rehearsal(qwen3_dir, layout, tmp_path, monkeypatch):
     from acl_lib import paper_data
     from acl_lib.envs import benchmarks_for, make_env
@@ -348,6 +349,7 @@ def test_paper_profile_rehearsal(qwen3_dir, layout, tmp_path, monkeypatch):
     assert records and all(r["user_sim"]["model"] == f"policy:{ROOT / 'acl_lib/data/mini_base'}" for r in records)
 
 
+@pytest.mark.slow
 def test_what_needs_a_gpu_is_rendered_from_the_paper_profile(qwen3_tok, tmp_path):
     from types import SimpleNamespace
 
@@ -400,6 +402,7 @@ def test_the_customer_model_loads_whole_inside_a_zero3_job(monkeypatch):
 
     from acl_lib.config import UserSimConfig
     from acl_lib.envs import llm_user
+    from acl_lib.eval import harness  # noqa: F401 - hands llm_user the evaluator's policies (backend hf)
 
     monkeypatch.setattr(llm_user, "_SIMULATORS", {})
     ds = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})

@@ -109,7 +109,7 @@ def test_library_output_goes_to_the_log_and_consoles_come_back(tmp_path, capsys)
     try:
         with library_output_to(log):
             print("trainer table row")
-            warnings.warn("a deprecation nobody can act on", FutureWarning)
+            warnings.warn("a deprecation nobody can act on", FutureWarning, stacklevel=1)
             lib.warning("library notice")
             late = logging.getLogger("late_library")  # a library that sets up its handler inside the block
             late.addHandler(logging.StreamHandler(sys.stderr))

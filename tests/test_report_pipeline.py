@@ -2,7 +2,7 @@
 
 import json
 
-from acl_lib import pipeline, report
+from acl_lib import pipeline, views
 from acl_lib.config import load_config
 
 
@@ -15,16 +15,16 @@ def test_matrix_trajectories_and_forgetting(tmp_path):
     _write(tmp_path, "base", {"aime26": 5.0, "nq": 1.0})
     _write(tmp_path, "seq_math", {"aime26": 30.0, "nq": 2.0})
     _write(tmp_path, "seq_search", {"aime26": 20.0, "nq": 40.0})
-    scores = report.load_scores(tmp_path, ["base", "seq_math", "seq_search", "seq_ecom"])
+    scores = views.load_scores(tmp_path, ["base", "seq_math", "seq_search", "seq_ecom"])
     assert list(scores) == ["base", "seq_math", "seq_search"]  # missing runs are absent, not zero
-    text = report.format_matrix(scores, report.paper_results()["sequential"], ["aime26", "nq"])
+    text = views.format_matrix(scores, views.paper_results()["sequential"], ["aime26", "nq"])
     assert "30.0 (25.8)" in text and "40.0 (45.2)" in text
-    rows = report.forgetting_summary(scores, ["seq_math", "seq_search"], {"seq_math": "aime26", "seq_search": "nq"})
+    rows = views.forgetting_summary(scores, ["seq_math", "seq_search"], {"seq_math": "aime26", "seq_search": "nq"})
     math = next(r for r in rows if r["benchmark"] == "aime26")
     assert (math["after_stage"], math["peak"], math["final"], math["drop_from_peak"]) == (30.0, 30.0, 20.0, 10.0)
-    fig = report.capability_heatmap(scores)
+    fig = views.capability_heatmap(scores)
     assert fig.data[0].z[1][0] == 30.0
-    fig = report.trajectory_figure(scores, report.paper_results()["sequential"], ["aime26"])
+    fig = views.trajectory_figure(scores, views.paper_results()["sequential"], ["aime26"])
     assert [t.name for t in fig.data] == ["ours", "study"]
 
 
@@ -35,9 +35,9 @@ def test_training_curves_draw_each_phase_on_its_own_steps(tmp_path):
                                                    for i in range(1, 41)))
     (tmp_path / "train_log.jsonl").write_text("\n".join(json.dumps({"step": i, "job": "grpo", "loss": 0.01,
                                                                     "reward": i / 10}) for i in range(1, 5)))
-    rows = report.read_train_logs(tmp_path)
+    rows = views.read_train_logs(tmp_path)
     assert [r["phase"] for r in rows].count("sft") == 40 and [r["phase"] for r in rows].count("grpo") == 4
-    fig = report.training_curves(tmp_path)
+    fig = views.training_curves(tmp_path)
     assert [a.text for a in fig.layout.annotations] == ["SFT cold start: loss", "GRPO: reward", "GRPO: loss"]
     sft_trace, reward_trace = fig.data[0], fig.data[1]
     assert list(sft_trace.x) == list(range(1, 41)) and list(reward_trace.x) == [1, 2, 3, 4]  # own steps each
@@ -45,7 +45,7 @@ def test_training_curves_draw_each_phase_on_its_own_steps(tmp_path):
 
 
 def test_a_run_without_training_logs_says_so(tmp_path):
-    assert "no training log" in report.training_curves(tmp_path).layout.title.text
+    assert "no training log" in views.training_curves(tmp_path).layout.title.text
 
 
 def test_run_names_follow_the_curriculum(tmp_path):
@@ -163,7 +163,7 @@ def test_changing_an_eval_key_reruns_evaluations_only(tmp_path, monkeypatch):
     assert trained == [] and evaluated == []  # nothing changed: everything skipped
     trained, evaluated = _pipeline(tmp_path, monkeypatch, "eval.k=2", "eval.temperature=0.7")
     assert trained == [] and evaluated == ["seq_math", "seq_search", "seq_ecom", "seq_if"]
-    assert report.load_scores(tmp_path / "smoke" / "seed0", ["seq_if"])["seq_if"]["aime26"] == 2.0
+    assert views.load_scores(tmp_path / "smoke" / "seed0", ["seq_if"])["seq_if"]["aime26"] == 2.0
 
 
 def test_changing_one_stages_overrides_reruns_it_and_what_follows(tmp_path, monkeypatch):

@@ -8,15 +8,16 @@ import math
 
 import pytest
 
-from acl_lib import pipeline, report
+from acl_lib import pipeline, transcripts, views
 from acl_lib.config import load_config
 
 
 def _eval(seed_dir, run, scores, failures=None, records=None, n=32):
     d = seed_dir / run / "eval"
     (d / "records").mkdir(parents=True, exist_ok=True)
-    n_tasks = {b: (n if b in ("aime26", "nq", "retail", "ifeval") else 20) for b in report.BENCH_ORDER}
-    (d / "metrics.json").write_text(json.dumps({"scores": scores, "failures": failures or {}, "n_tasks": n_tasks, "k": 1}))
+    n_tasks = {b: (n if b in ("aime26", "nq", "retail", "ifeval") else 20) for b in views.BENCH_ORDER}
+    metrics = {"scores": scores, "failures": failures or {}, "n_tasks": n_tasks, "k": 1}
+    (d / "metrics.json").write_text(json.dumps(metrics))
     for b, recs in (records or {}).items():
         (d / "records" / f"{b}.jsonl").write_text("\n".join(json.dumps(r) for r in recs))
     return d
@@ -26,8 +27,8 @@ def _rec(i, reward, failure=None, answer="<answer>1943</answer>"):
     return {"id": f"search/test/{i:05d}", "benchmark": "nq", "reward": reward, "failure": failure, "turns": 2,
             "messages": [{"role": "system", "content": "You answer questions. " * 20},
                          {"role": "user", "content": "How long is the Gimthas River?"},
-                         {"role": "assistant", "content": "", "tool_calls": [
-                             {"type": "function", "function": {"name": "search", "arguments": '{"query": "Gimthas"}'}}]},
+                         {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+                             "name": "search", "arguments": '{"query": "Gimthas"}'}}]},
                          {"role": "tool", "name": "search", "content": "Doc 1 " + "x" * 2000},
                          {"role": "assistant", "content": answer}]}
 
@@ -41,11 +42,11 @@ def test_scores_beside_the_study_and_what_a_stage_changed(cfg):
     sd = cfg.seed_dir()
     _eval(sd, "seq_math", {"aime26": 50.0, "nq": 0.0, "ifeval": 10.0})
     _eval(sd, "seq_search", {"aime26": 20.0, "nq": 12.5, "ifeval": 10.0})
-    scores = report.load_scores(sd, ["seq_math", "seq_search"])
-    frame = report.scores_frame(scores, report.paper_results()["sequential"], ["aime26", "nq"])
+    scores = views.load_scores(sd, ["seq_math", "seq_search"])
+    frame = views.scores_frame(scores, views.paper_results()["sequential"], ["aime26", "nq"])
     assert frame.loc["seq_search", ("nq", "ours")] == 12.5 and frame.loc["seq_search", ("nq", "study")] == 45.2
     assert frame.loc["seq_math", ("aime26", "study")] == 25.83
-    change = report.stage_change_frame(scores, "seq_math", "seq_search", report.paper_results()["sequential"])
+    change = views.stage_change_frame(scores, "seq_math", "seq_search", views.paper_results()["sequential"])
     assert change.loc["aime26", "change"] == -30.0 and change.loc["nq", "change"] == 12.5
     assert change.loc["nq", "study change"] == pytest.approx(45.2 - 22.0)
     assert math.isnan(change.loc["retail", "change"])  # not scored: no number is made up
@@ -54,24 +55,24 @@ def test_scores_beside_the_study_and_what_a_stage_changed(cfg):
 def test_failure_reasons_as_shares_of_the_episodes(cfg):
     d = _eval(cfg.seed_dir(), "seq_search", {"nq": 25.0},
               failures={"nq": {"wrong answer": 20, "no <answer> tag": 4}, "gpqa": {"wrong choice": 20}})
-    frame = report.failure_frame(d, ["nq"])
+    frame = views.failure_frame(d, ["nq"])
     assert list(frame["reason"]) == ["wrong answer", "no <answer> tag"]
     assert list(frame["share"]) == [62.5, 12.5]
-    fig = report.failure_figure(frame)
+    fig = views.failure_figure(frame)
     assert [t.name for t in fig.data] == ["wrong answer", "no <answer> tag"]
 
 
 def test_transcripts_show_a_success_and_a_failure(cfg):
     recs = [_rec(0, 0.0, "wrong answer: '12'"), _rec(1, 0.0, "wrong answer: '7'"), _rec(2, 1.0)]
     d = _eval(cfg.seed_dir(), "seq_search", {"nq": 33.3}, records={"nq": recs})
-    shown = report.transcripts(d, "nq")
+    shown = transcripts.transcripts(d, "nq")
     assert [t.record["id"] for t in shown] == ["search/test/00002", "search/test/00000"]
     text, html = repr(shown[1]), shown[1]._repr_html_()
     assert "failure: wrong answer: '12'" in text and "<tool_call> search(" in text
     assert "more characters]" in text  # a long tool output is cut
     assert "<details><summary>system prompt</summary>" in html and "&lt;answer&gt;1943&lt;/answer&gt;" in html
     with pytest.raises(FileNotFoundError, match="no records for 'retail'"):
-        report.transcripts(d, "retail")
+        transcripts.transcripts(d, "retail")
 
 
 def test_the_reading_of_a_stage_follows_its_scores(cfg):
@@ -80,7 +81,7 @@ def test_the_reading_of_a_stage_follows_its_scores(cfg):
     _eval(sd, "seq_search", {"aime26": 20.0, "nq": 12.5, "retail": 0.0, "ifeval": 12.5, "gpqa": 15.0},
           failures={"nq": {"wrong answer": 28}})
     run = pipeline.sequential_run(cfg, 2)
-    text = report.stage_reading(cfg, run)
+    text = views.stage_reading(cfg, run)
     assert "**nq** (this stage's benchmark) rose: 0.0 -> 12.5 (+12.5). The study: 22.0 -> 45.2 (+23.2)." in text
     assert "fell: aime26 50.0 -> 20.0" in text
     assert "ifeval" not in text.split("fell:")[1].split("\n")[0]  # +2.5 is within one task (3.1 points)
@@ -88,28 +89,15 @@ def test_the_reading_of_a_stage_follows_its_scores(cfg):
     assert "Commonest failure on nq: *wrong answer* (28 of 32 episodes)" in text
 
 
-def test_the_sequence_reading_checks_the_studys_claims(cfg):
-    sd = cfg.seed_dir()
-    for run, s in {"base": {"aime26": 5, "nq": 0}, "seq_math": {"aime26": 50, "nq": 0},
-                   "seq_search": {"aime26": 45, "nq": 30}, "seq_ecom": {"aime26": 10, "nq": 5, "retail": 20},
-                   "seq_if": {"aime26": 12, "nq": 6, "retail": 20, "ifeval": 40}}.items():
-        _eval(sd, run, s)
-    text = report.sequence_reading(cfg)
-    assert "seen here on aime26 (peak 50.0, final 12.0), nq (peak 30.0, final 6.0)" in text
-    assert "aime26: largest drop at seq_ecom (35.0 points); nq: largest drop at seq_ecom (25.0 points). Agrees" in text
-    _eval(sd, "seq_search", {"aime26": 5, "nq": 30})  # now the search stage erases math
-    assert "aime26: largest drop at seq_search (45.0 points)" in report.sequence_reading(cfg)
-    assert "Differs from the study" in report.sequence_reading(cfg)
-
-
+@pytest.mark.slow
 def test_saved_figures_work_offline(tmp_path):
     import plotly.graph_objects as go
 
-    written = report.save_figure(go.Figure(go.Bar(x=[1], y=[2])), tmp_path / "figures" / "f")
+    written = views.save_figure(go.Figure(go.Bar(x=[1], y=[2])), tmp_path / "figures" / "f")
     html = written[0].read_text()
     assert (tmp_path / "figures" / "plotly.min.js").stat().st_size > 1_000_000
     assert 'src="plotly.min.js"' in html and 'src="https://cdn.plot.ly' not in html
-    assert (len(written) == 2) == report.static_images_available()
+    assert (len(written) == 2) == views.static_images_available()
 
 
 def test_each_oracles_failures_on_its_own_benchmark(cfg):
@@ -119,7 +107,7 @@ def test_each_oracles_failures_on_its_own_benchmark(cfg):
     _eval(sd, "oracle_search", {"nq": 25.0}, failures={"nq": {"wrong answer": 24}, "aime26": {"no Answer": 32}})
     _eval(sd, "oracle_math", {"aime26": 50.0}, failures={"aime26": {"wrong answer": 16}})
     runs = {d: SimpleNamespace(name=f"oracle_{d}", path=sd / f"oracle_{d}") for d in ("search", "math")}
-    frame = report.own_failures_frame(runs)
+    frame = views.own_failures_frame(runs)
     assert list(frame["benchmark"]) == ["oracle_search: nq", "oracle_math: aime26"]
     assert list(frame["share"]) == [75.0, 50.0]
-    assert report.own_failures_frame({}).empty
+    assert views.own_failures_frame({}).empty

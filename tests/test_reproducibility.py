@@ -16,7 +16,7 @@ SCRIPT = """
 import sys
 from acl_lib import pipeline
 from acl_lib.config import load_config
-from acl_lib.model import build_base
+from acl_lib.pipeline import build_base
 
 cfg = load_config("smoke", {"output_dir": sys.argv[1],
                             "pipeline.cold_start": {"math": True, "search": True, "ecom": True, "if": False}})

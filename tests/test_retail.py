@@ -89,7 +89,8 @@ def test_tool_schemas():
 def signature(schema: dict) -> tuple:
     """What a call must match: name, parameter names with their types (descriptions left out), required."""
     fn = schema["function"]
-    props = {k: {kk: vv for kk, vv in v.items() if kk != "description"} for k, v in fn["parameters"]["properties"].items()}
+    props = {k: {kk: vv for kk, vv in v.items() if kk != "description"}
+             for k, v in fn["parameters"]["properties"].items()}
     return fn["name"], json.dumps(props, sort_keys=True), tuple(fn["parameters"]["required"])
 
 
@@ -139,7 +140,8 @@ def test_read_and_generic_tools(tools, db_dict):
     assert err(tools.get_order_details, "W2611340") == "Order not found"
     assert json.loads(tools.get_user_details("noah_brown_6181")) == user
     assert err(tools.get_product_details, "6086499569") == "Product not found"
-    assert json.loads(tools.get_item_details("9612497925")) == db_dict["products"]["9523456873"]["variants"]["9612497925"]
+    variant = db_dict["products"]["9523456873"]["variants"]["9612497925"]
+    assert json.loads(tools.get_item_details("9612497925")) == variant
     assert err(tools.get_item_details, "9523456873") == "Item not found"  # a product id is not an item id
     types = json.loads(tools.list_all_product_types())
     assert len(types) == 50 and list(types) == sorted(types) and types["T-Shirt"] == "9523456873"
@@ -151,7 +153,8 @@ def test_read_and_generic_tools(tools, db_dict):
 def test_cancel(tools, db_dict):
     processed = orders_with(db_dict, "processed")[0]["order_id"]
     assert err(tools.cancel_pending_order, processed, "no longer needed") == "Non-pending order cannot be cancelled"
-    pending = orders_with(db_dict, "pending", lambda o, u: o["payment_history"][0]["payment_method_id"].startswith("credit"))[0]
+    pending = orders_with(db_dict, "pending",
+                          lambda o, u: o["payment_history"][0]["payment_method_id"].startswith("credit"))[0]
     assert err(tools.cancel_pending_order, pending["order_id"], "too expensive") == "Invalid reason"
     assert tools.db.dump() == db_dict  # failures changed nothing
     out = json.loads(tools.cancel_pending_order(pending["order_id"], "ordered by mistake"))
@@ -167,7 +170,8 @@ def test_exchange_preconditions(tools, db_dict):
     oid, item = order["order_id"], order["items"][0]
     pm = order["payment_history"][0]["payment_method_id"]
     variants = db_dict["products"][item["product_id"]]["variants"]
-    other_product_item = next(i for p, prod in db_dict["products"].items() if p != item["product_id"] for i in prod["variants"])
+    other_product_item = next(i for p, prod in db_dict["products"].items() if p != item["product_id"]
+                              for i in prod["variants"])
     ex = tools.exchange_delivered_order_items
     assert err(ex, pending, [], [], pm) == "Non-delivered order cannot be exchanged"
     assert err(ex, oid, ["123"], ["456"], pm) == "Number of 123 not found."
@@ -176,7 +180,8 @@ def test_exchange_preconditions(tools, db_dict):
     assert err(ex, oid, [item["item_id"]], [other_product_item], pm) == "Variant not found"
     unavailable = [k for k, v in variants.items() if not v["available"]]
     if unavailable:
-        assert err(ex, oid, [item["item_id"]], [unavailable[0]], pm) == f"New item {unavailable[0]} not found or available"
+        msg = f"New item {unavailable[0]} not found or available"
+        assert err(ex, oid, [item["item_id"]], [unavailable[0]], pm) == msg
     assert err(ex, oid, [item["item_id"]], [item["item_id"]], "paypal_0") == "Payment method not found"
     assert tools.db.dump() == db_dict
     # exchanging to the same variant is allowed by the reference (difference 0)
@@ -190,7 +195,8 @@ def test_exchange_gift_card_must_cover_difference(tools, db_dict):
     msg = err(tools.exchange_delivered_order_items, "#W4316152", ["7292993796", "7292993796"],
               ["3761330360", "9647374798"], "gift_card_7245904")
     assert msg == "Insufficient gift card balance to pay for the price difference"
-    out = json.loads(tools.exchange_delivered_order_items("#W4316152", ["7292993796"], ["3761330360"], "gift_card_7245904"))
+    out = json.loads(tools.exchange_delivered_order_items("#W4316152", ["7292993796"], ["3761330360"],
+                                                          "gift_card_7245904"))
     assert out["exchange_price_difference"] == 6.32
     assert tools.db.users[out["user_id"]].payment_methods["gift_card_7245904"].balance == 17.0  # no money moves yet
 
@@ -206,7 +212,8 @@ def test_return(tools, db_dict):
     wrong = next(k for k, p in user["payment_methods"].items() if p["source"] != "gift_card" and k != original)
     ids = [i["item_id"] for i in order["items"]]
     ret = tools.return_delivered_order_items
-    assert err(ret, orders_with(db_dict, "pending")[0]["order_id"], ids, original) == "Non-delivered order cannot be returned"
+    pending_id = orders_with(db_dict, "pending")[0]["order_id"]
+    assert err(ret, pending_id, ids, original) == "Non-delivered order cannot be returned"
     assert err(ret, oid, ids, wrong) == "Payment method should be the original payment method"
     assert err(ret, oid, ids + ids, original) == "Some item not found"
     out = json.loads(ret(oid, list(reversed(ids)), original))
@@ -215,25 +222,29 @@ def test_return(tools, db_dict):
 
 
 def test_modify_items_and_address(tools, db_dict):
+    def has_alt(i):  # another variant of the item's product is available
+        variants = db_dict["products"][i["product_id"]]["variants"]
+        return any(v["available"] and k != i["item_id"] for k, v in variants.items())
+
     def has_gift_and_alt(o, u):
         g = gift_card(u)
-        return g is not None and 0 < g["balance"] < 5000 and any(
-            any(v["available"] and k != i["item_id"] for k, v in db_dict["products"][i["product_id"]]["variants"].items())
-            for i in o["items"])
+        return g is not None and 0 < g["balance"] < 5000 and any(has_alt(i) for i in o["items"])
 
     order = orders_with(db_dict, "pending", has_gift_and_alt)[0]
     oid, user = order["order_id"], db_dict["users"][order["user_id"]]
     gift = gift_card(user)
-    item = next(i for i in order["items"] if any(v["available"] and k != i["item_id"] for k, v in
-                                                  db_dict["products"][i["product_id"]]["variants"].items()))
-    new = next(v for k, v in db_dict["products"][item["product_id"]]["variants"].items() if v["available"] and k != item["item_id"])
+    item = next(i for i in order["items"] if has_alt(i))
+    new = next(v for k, v in db_dict["products"][item["product_id"]]["variants"].items()
+               if v["available"] and k != item["item_id"])
     mod = tools.modify_pending_order_items
-    assert err(mod, oid, [item["item_id"]], [item["item_id"]], gift["id"]) == "The new item id should be different from the old item id"
+    assert (err(mod, oid, [item["item_id"]], [item["item_id"]], gift["id"])
+            == "The new item id should be different from the old item id")
     assert err(mod, oid, ["42"], [new["item_id"]], gift["id"]) == "42 not found"
     assert err(mod, oid, [item["item_id"]], [], gift["id"]) == "The number of items to be exchanged should match"
     diff = new["price"] - item["price"]
     if diff > gift["balance"]:
-        assert err(mod, oid, [item["item_id"]], [new["item_id"]], gift["id"]) == "Insufficient gift card balance to pay for the new item"
+        assert (err(mod, oid, [item["item_id"]], [new["item_id"]], gift["id"])
+                == "Insufficient gift card balance to pay for the new item")
         return
     out = json.loads(mod(oid, [item["item_id"]], [new["item_id"]], gift["id"]))
     assert out["status"] == "pending (item modified)"
@@ -266,20 +277,28 @@ def test_modify_payment(tools, db_dict):
     assert err(pay, oid, old["payment_method_id"]) == "The new payment method should be different from the current one"
     assert err(pay, oid, "gift_card_0") == "Payment method not found"
     out = json.loads(pay(oid, gift["id"]))
-    assert out["payment_history"] == [old, dict(old, payment_method_id=gift["id"]), dict(old, transaction_type="refund")]
-    assert tools.db.users[user["user_id"]].payment_methods[gift["id"]].balance == round(gift["balance"] - old["amount"], 2)
+    assert out["payment_history"] == [old, dict(old, payment_method_id=gift["id"]),
+                                      dict(old, transaction_type="refund")]
+    balance = tools.db.users[user["user_id"]].payment_methods[gift["id"]].balance
+    assert balance == round(gift["balance"] - old["amount"], 2)
     assert err(pay, oid, old["payment_method_id"]) == "There should be exactly one payment for a pending order"
     # a gift card too poor for the order
-    poor = orders_with(db_dict, "pending", lambda o, u: gift_card(u) is not None and gift_card(u)["balance"] < o["payment_history"][0]["amount"]
-                       and o["payment_history"][0]["payment_method_id"] != gift_card(u)["id"] and len(o["payment_history"]) == 1)[0]
-    assert err(pay, poor["order_id"], gift_card(db_dict["users"][poor["user_id"]])["id"]) == "Insufficient gift card balance to pay for the order"
+    def too_poor(o, u):
+        g, paid = gift_card(u), o["payment_history"][0]
+        return (g is not None and g["balance"] < paid["amount"] and paid["payment_method_id"] != g["id"]
+                and len(o["payment_history"]) == 1)
+
+    poor = orders_with(db_dict, "pending", too_poor)[0]
+    poor_gift = gift_card(db_dict["users"][poor["user_id"]])["id"]
+    assert err(pay, poor["order_id"], poor_gift) == "Insufficient gift card balance to pay for the order"
 
 
 def test_modify_user_address(tools, db_dict):
     addr = dict(address1="2 Elm St", address2="Apt 4", city="Boise", state="ID", country="USA", zip="83701")
     out = json.loads(tools.modify_user_address("noah_brown_6181", **addr))
     before = dict(db_dict["users"]["noah_brown_6181"])
-    assert out == dict(before, address={k: addr[k] for k in ("address1", "address2", "city", "country", "state", "zip")})
+    fields = ("address1", "address2", "city", "country", "state", "zip")
+    assert out == dict(before, address={k: addr[k] for k in fields})
     assert err(tools.modify_user_address, "nobody", **addr) == "User not found"
     assert tools.touched_users == {"noah_brown_6181"} and tools.touched_orders == set()
 
@@ -389,7 +408,8 @@ def test_paper_profile_loads_real_tasks_and_refuses_to_play_them(tmp_path):
     env = RetailEnv(WorldsConfig(data_dir=str(FIXTURE)))
     test, train = env.tasks("test", 10**6), env.tasks("train", 10**6)
     assert (len(test), len(train)) == (40, 74) and not {t.id for t in test} & {t.id for t in train}
-    assert [t.id for t in env.tasks("test", 5, seed=2)] == [t.id for t in env.tasks("test", 5, seed=2)]
+    sample = [t.id for t in env.tasks("test", 5, seed=2)]
+    assert sample == [t.id for t in env.tasks("test", 5, seed=2)] != [t.id for t in env.tasks("test", 5, seed=3)]
     assert env.policy == (FIXTURE / "retail" / "policy.md").read_text() == test[0].system_prompt
     t = test[0]
     assert t.benchmark == "retail" and t.answer["scenario"] is None and t.answer["actions"]
@@ -413,6 +433,7 @@ _values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(TOOL_NAMES), data=st.data())
 def test_tools_raise_only_tool_errors(name, data):

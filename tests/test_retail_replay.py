@@ -48,6 +48,7 @@ def _action(tasks, action_id):
     raise KeyError(action_id)
 
 
+@pytest.mark.slow
 def test_every_task_has_a_record_in_task_order(records, tasks):
     assert list(records) == list(tasks)
     for r in records.values():
@@ -77,6 +78,7 @@ EXPECTED_FAILURES = {
 }
 
 
+@pytest.mark.slow
 def test_failing_gold_actions_are_exactly_the_known_ones(records):
     failing = {aid: r["errors"][aid] for r in records.values() for aid in r["failing_actions"]}
     assert failing == EXPECTED_FAILURES
@@ -104,6 +106,7 @@ def test_failure_reasons_hold_in_the_data(db, tasks):
     assert (diff, gift["balance"]) == (21.1, 17.0) and diff > gift["balance"]
 
 
+@pytest.mark.slow
 def test_failed_actions_change_nothing(records, db):
     # task 105 has a single gold action and it fails: the gold state is the initial state
     assert records["105"]["orders"] == {} and records["105"]["users"] == {}
@@ -112,6 +115,7 @@ def test_failed_actions_change_nothing(records, db):
     assert records["64"]["orders"]["#W7464385"]["status"] == "pending (item modified)"
 
 
+@pytest.mark.slow
 def test_cancel_refunds_gift_card_at_once(records, db):
     # task 30: cancel #W9373487 (paid 109.27 with gift_card_7711863, balance 44.00) -> balance 153.27
     rec = records["30"]
@@ -129,6 +133,7 @@ def test_cancel_refunds_gift_card_at_once(records, db):
     assert before == after
 
 
+@pytest.mark.slow
 def test_modify_items_takes_price_and_options_of_the_last_new_variant(records, db):
     # task 100 (action 101_0): #W3295833 luggage 8926329222 (452.28) -> 7160999700 (499.29, red) and
     # skateboard 5312063289 (195.15) -> 6956751343 (217.06, 34 inch, custom), difference on credit_card_3261838.
@@ -148,6 +153,7 @@ def test_modify_items_takes_price_and_options_of_the_last_new_variant(records, d
     assert records["100"]["users"] == {}  # a credit card: no balance to move
 
 
+@pytest.mark.slow
 def test_modify_payment_appends_payment_and_refund(records):
     # task 40: #W4923227 paid 321.18 with credit_card_8554680 -> credit_card_8897086
     order = records["40"]["orders"]["#W4923227"]
@@ -160,6 +166,7 @@ def test_modify_payment_appends_payment_and_refund(records):
     assert records["40"]["users"] == {}
 
 
+@pytest.mark.slow
 def test_exchange_records_sorted_lists_and_difference(records, db, tasks):
     # task 0: exchange on #W2378156, no payment entry, sorted item lists, rounded difference
     a = tasks["0"]["evaluation_criteria"]["actions"][4]["arguments"]
@@ -176,6 +183,7 @@ def test_exchange_records_sorted_lists_and_difference(records, db, tasks):
     assert order["exchange_price_difference"] == want
 
 
+@pytest.mark.slow
 def test_records_are_tau2_records_and_library_replay_matches(records, db, tasks):
     for tid in ("0", "30", "64", "100", "105"):
         assert replay(db, tasks[tid]) == records[tid]  # determinism: library == CLI, fresh copy each time
@@ -185,6 +193,7 @@ def test_records_are_tau2_records_and_library_replay_matches(records, db, tasks)
     assert db["orders"]["#W2378156"]["status"] == "delivered"  # the input dict was not modified
 
 
+@pytest.mark.slow
 def test_replay_counts(records):
     changed_orders = sum(len(r["orders"]) for r in records.values())
     assert sum(1 for r in records.values() if r["orders"] or r["users"]) >= 100

@@ -66,7 +66,8 @@ def test_what_the_telecom_tasks_ask_of_the_simulated_customer():
     agent_actions = {a["name"] for t in tasks for a in t["evaluation_criteria"]["actions"] or []
                      if a["requestor"] == "assistant"}
     assertions = {(a["env_type"], a["func_name"]) for t in tasks for a in t["evaluation_criteria"]["env_assertions"]}
-    assert {"toggle_airplane_mode", "toggle_roaming", "reseat_sim_card", "reboot_device", "make_payment"} <= user_actions
+    expected = {"toggle_airplane_mode", "toggle_roaming", "reseat_sim_card", "reboot_device", "make_payment"}
+    assert expected <= user_actions
     assert agent_actions <= {"enable_roaming", "refuel_data", "transfer_to_human_agents", "send_payment_request",
                              "resume_line"}
     assert ("user", "assert_internet_speed") in assertions and ("user", "assert_can_send_mms") in assertions

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from acl_lib.chat import format_tool_call
-from acl_lib.config import ConfigError, UserSimConfig, WorldsConfig, load_config
+from acl_lib.config import ConfigError, WorldsConfig, load_config
 from acl_lib.envs import llm_user
 from acl_lib.envs.llm_user import LLMUser, LLMUserEpisode, OpenAIChat, openai_messages
 from acl_lib.envs.tau2_phone import PHONE_TOOLS, PhoneTools, phone_db
-from acl_lib.envs.tau2_telecom import AGENT_TOOLS, AgentTools, TelecomWorld, initial_world
+from acl_lib.envs.tau2_telecom import AGENT_TOOLS, TelecomWorld, initial_world
 from acl_lib.envs.telecom import TelecomEnv, scripted_expert
 from conftest import ROOT
 
@@ -403,6 +403,7 @@ def test_paper_profile_scores_the_real_set_whole_and_needs_a_simulator(data_dir)
     assert TelecomEnv(seed=0).tasks("test", 2)[0].meta["source"] == "generated"  # mini: the generated desk
 
 
+@pytest.mark.slow
 def test_a_short_evaluation_with_the_mini_base_as_the_customer(data_dir, tmp_path):
     """The evaluator on the real telecom set, the shipped mini base (hf backend, in process) playing the customer
     with the phone's tools: it writes no useful text and no calls, so the episode ends at its turn limit, scored 0.

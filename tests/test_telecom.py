@@ -20,6 +20,7 @@ from acl_lib.envs.telecom import (
     scripted_expert,
 )
 from acl_lib.model.chat_template import render_chat
+from conftest import drive_random_turns
 
 
 def drive(env, task, policy, max_turns=10):
@@ -42,7 +43,8 @@ def test_tool_list():
 def test_mini_prompt_is_compact_with_the_same_signatures():
     def signature(s):
         fn = s["function"]
-        props = {k: {kk: vv for kk, vv in v.items() if kk != "description"} for k, v in fn["parameters"]["properties"].items()}
+        props = {k: {kk: vv for kk, vv in v.items() if kk != "description"}
+                 for k, v in fn["parameters"]["properties"].items()}
         return fn["name"], json.dumps(props, sort_keys=True), fn["parameters"]["required"]
 
     assert [signature(s) for s in TELECOM_TOOLS_COMPACT] == [signature(s) for s in TELECOM_TOOLS]
@@ -179,16 +181,7 @@ _turn = st.one_of(st.text(max_size=120), _call, st.just("Shall I proceed? (yes/n
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, len(_TASKS) - 1), st.lists(_turn, min_size=1, max_size=8))
 def test_random_turns_never_raise(i, turns):
-    env = TelecomEnv()
-    ep = env.start(_TASKS[i], max_turns=6)
-    for text in turns:
-        if ep.done:
-            break
-        obs = ep.step(text)
-        assert all(isinstance(o["content"], str) for o in obs)
-    r = ep.reward()
-    assert r in (0.0, 1.0) and (r == 1.0) == (ep.failure is None)
-    json.dumps(ep.record())
+    drive_random_turns(TelecomEnv(), _TASKS[i], turns)
 
 
 _op = st.tuples(

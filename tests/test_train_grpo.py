@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from acl_lib.envs.base import Environment, SingleTurnEpisode, Task
 from acl_lib.train import grpo, trl_env
-from test_train_kit import DeskEnv, base_dir, tiny_cfg  # noqa: F401  (fixture)
+from train_kit import DeskEnv, tiny_cfg
 
 torch.set_num_threads(1)
 
@@ -49,6 +50,7 @@ def test_episode_reward_scores_raw_text_with_the_env(base_dir):
     assert out == [1.0, 0.0] and seen["failure"] == ["", "odd length"]
 
 
+@pytest.mark.slow
 def test_single_turn_grpo_moves_the_policy_and_logs(base_dir, tmp_path):
     from acl_lib.runs import Run, run_once
 
@@ -71,6 +73,7 @@ def test_single_turn_grpo_moves_the_policy_and_logs(base_dir, tmp_path):
     assert (run.path / "checkpoints").is_dir() and any((run.path / "checkpoints").glob("checkpoint-*"))
 
 
+@pytest.mark.slow
 def test_multi_turn_grpo_runs_episodes_in_the_trainer(base_dir, tmp_path):
     from acl_lib.runs import Run, run_once
 

@@ -15,8 +15,11 @@ import pytest
 import torch
 
 from acl_lib.config import load_config
-from acl_lib.train import launcher
-from test_train_kit import DeskEnv, base_dir, desk_expert, tiny_cfg  # noqa: F401  (fixture)
+from acl_lib.consolidate import mle, mmopd
+from acl_lib.runs import Run, run_once
+from acl_lib.train import entry, launcher, sft
+from acl_lib.train.common import read_log
+from train_kit import DeskEnv, desk_expert, tiny_cfg
 
 torch.set_num_threads(1)
 
@@ -58,8 +61,6 @@ def test_deepspeed_configs_pass_deepspeeds_validation(zero_stage, bf16, tmp_path
 
 
 def test_multi_node_scripts_for_the_paper_profile(tmp_path):
-    from acl_lib.runs import Run
-
     cfg = load_config("paper", overrides={"output_dir": str(tmp_path / "outputs"), "launcher.hostfile": "",
                                           "launcher.slurm_partition": "gpu"})
     run = Run(cfg, "seq_math")
@@ -83,14 +84,32 @@ def test_multi_node_scripts_for_the_paper_profile(tmp_path):
             launcher.launch(cfg, "grpo", run.path, model_dir="Qwen/Qwen3-8B-Base", domain="math")
 
 
+def test_every_job_resolves_and_the_launcher_imports_no_higher_layer():
+    """Each job name resolves through ``JOBS`` to the library function a worker runs (the consolidations' jobs
+    included); the launcher's own text imports nothing from the layers above it: they are strings there."""
+    import ast
+    import inspect
+
+    assert launcher.job_function("mmopd") is mmopd.train_mmopd
+    assert launcher.job_function("lora_sft") is mle.train_lora_sft
+    assert launcher.job_function("lora_grpo") is mle.train_lora_grpo
+    for job, target in launcher.JOBS.items():
+        assert launcher.job_function(job).__name__ == target.split(":")[1]
+    with pytest.raises(ValueError, match="unknown job 'nope'; jobs are pretrain, sft, grpo, mmopd"):
+        launcher.job_function("nope")
+    imported = []
+    for node in ast.walk(ast.parse(inspect.getsource(launcher))):
+        if isinstance(node, ast.Import):
+            imported += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            imported += [f"{node.module}.{a.name}" for a in node.names]
+    assert imported and not [m for m in imported if m.startswith(("acl_lib.consolidate", "acl_lib.diagnostics"))]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_two_process_zero2_sft_job(base_dir, tmp_path):
     """A real job: `deepspeed --num_accelerators 2`, ZeRO-2 on the CPU accelerator, 4 SFT steps."""
-    from acl_lib.runs import Run, run_once
-    from acl_lib.train import sft
-    from acl_lib.train.common import read_log
-
     cfg = tiny_cfg(tmp_path, **{"launcher.mode": "multi_process", "launcher.num_processes": 2, "torch_threads": 2,
                                 "sft.max_steps": 4, "sft.batch_size": 4, "sft.learning_rate": 3e-3})
     env = DeskEnv()
@@ -115,11 +134,10 @@ def test_two_process_zero2_sft_job(base_dir, tmp_path):
     assert (run.path / "checkpoints" / ".config_hash").read_text() == run.config_hash
 
 
+@pytest.mark.slow
 def test_entry_point_runs_a_job_from_a_config_file(base_dir, tmp_path):
     """`python -m acl_lib.train.entry --config ... --job pretrain` (called in-process: same argv path)."""
     import yaml
-
-    from acl_lib.train import entry
 
     cfg = tiny_cfg(tmp_path, **{"pretrain.max_steps": 2, "pretrain.batch_size": 2, "pretrain.seq_len": 32})
     (tmp_path / "run_config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))

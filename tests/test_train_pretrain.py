@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from acl_lib.train import pretrain
-from test_train_kit import _corpus, base_dir, tiny_cfg  # noqa: F401  (fixture)
+from train_kit import desk_corpus, tiny_cfg
 
 torch.set_num_threads(1)
 
@@ -27,6 +27,7 @@ def test_pack_corpus_blocks_and_separators(base_dir):
         pretrain.pack_corpus(["1+1=2"], tok, 64)
 
 
+@pytest.mark.slow
 def test_pretrain_loss_falls_and_outputs_are_written(base_dir, tmp_path):
     from acl_lib.runs import Run, run_once
     from acl_lib.train.common import read_log
@@ -34,7 +35,7 @@ def test_pretrain_loss_falls_and_outputs_are_written(base_dir, tmp_path):
     cfg = tiny_cfg(tmp_path, **{"pretrain.max_steps": 8, "pretrain.batch_size": 4, "pretrain.seq_len": 64,
                                 "pretrain.learning_rate": 3e-3})
     corpus_file = tmp_path / "corpus.jsonl"
-    corpus_file.write_text("".join(json.dumps({"text": d}) + "\n" for d in _corpus()))
+    corpus_file.write_text("".join(json.dumps({"text": d}) + "\n" for d in desk_corpus()))
     run = Run(cfg, "base_pretrain")
     run_once(run, lambda r: pretrain.train_pretrain(cfg, base_dir, corpus_file, r.path))
     log = read_log(run.path / "train_log.jsonl")

@@ -8,25 +8,13 @@ every observation token, checked against the chat template's own rendering of th
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from acl_lib.train import trl_env
-from test_train_kit import DeskEnv, base_dir, desk_expert, tiny_cfg  # noqa: F401  (fixture)
+from train_kit import DeskEnv, expert_policy, tiny_cfg
 
 torch.set_num_threads(1)
-
-
-def expert_policy(tok, expert=desk_expert):
-    """A scripted expert as a token-level policy: its raw text, tokenized, plus the eos that ends a turn."""
-
-    def policy(reqs):
-        outs = []
-        for r in reqs:
-            text = expert(r.episode.task, r.episode.messages)
-            outs.append(tok.encode(text, add_special_tokens=False) + [tok.eos_token_id])
-        return outs, None
-
-    return policy
 
 
 def trained_conversation(episode):
@@ -146,6 +134,7 @@ def test_rollout_budget_cuts_the_episode_and_scores_zero(base_dir):
     assert ep.reward() == 0.0 and "cut off after 3 tokens" in ep.failure
 
 
+@pytest.mark.slow
 def test_grpo_trainer_loss_mask_on_expert_rollouts(base_dir, tmp_path):
     """The mask inside a real GRPOTrainer step (completion_mask * tool_mask, what the loss multiplies)."""
     from acl_lib.model import load_model_and_tokenizer

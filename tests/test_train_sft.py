@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from acl_lib.chat import format_tool_call
 from acl_lib.train import sft
-from test_train_kit import DeskEnv, base_dir, desk_expert, tiny_cfg  # noqa: F401  (fixture)
+from train_kit import DeskEnv, desk_expert, tiny_cfg
 
 torch.set_num_threads(1)
 
@@ -60,6 +61,7 @@ def test_rows_survive_arrow_and_render_like_the_episode(base_dir):
         assert format_tool_call("lookup", {"city": task.meta["city"]}) in text
 
 
+@pytest.mark.slow
 def test_sft_trains_on_assistant_tokens_only_and_resumes(base_dir, tmp_path):
     from datasets import Dataset
     from trl import SFTTrainer
@@ -117,6 +119,7 @@ def test_collect_demos_from_a_model_teacher_reuses_each_episodes_cache(base_dir)
     assert teacher.stats["calls"] and teacher.stats["encoded_tokens"] < teacher.stats["prompt_tokens"]
 
 
+@pytest.mark.slow
 def test_prefix_shared_loss_and_gradients_equal_the_plain_path(base_dir, tmp_path):
     """Real retail demos (the scripted expert on the real desk) share their policy and tool schemas: the
     prefix-shared trainer gives TRL's own loss and the same gradients, and still has rows that differ."""
@@ -134,8 +137,8 @@ def test_prefix_shared_loss_and_gradients_equal_the_plain_path(base_dir, tmp_pat
     def loss_and_grads(cls):
         torch.manual_seed(0)
         model, tok = load_model_and_tokenizer(base_dir)
-        trainer = cls(model=model, args=sft.sft_args(cfg, tmp_path / cls.__name__), train_dataset=Dataset.from_list(rows),
-                      processing_class=tok)
+        trainer = cls(model=model, args=sft.sft_args(cfg, tmp_path / cls.__name__),
+                      train_dataset=Dataset.from_list(rows), processing_class=tok)
         batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
         model.train()
         loss = trainer.compute_loss(model, dict(batch))

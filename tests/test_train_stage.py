@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from acl_lib.train.stage import run_stage
-from test_train_kit import base_dir, tiny_cfg  # noqa: F401  (fixture)
+from train_kit import tiny_cfg
 
 torch.set_num_threads(1)
 
@@ -18,6 +19,7 @@ def _run(cfg, name):
     return Run(cfg, name, sections=("model", "sft", "grpo", "pipeline", "worlds"))
 
 
+@pytest.mark.slow
 def test_search_stage_cold_start_then_grpo(base_dir, tmp_path):
     from acl_lib.runs import run_once
 
@@ -37,6 +39,7 @@ def test_search_stage_cold_start_then_grpo(base_dir, tmp_path):
     assert any(m.get("tool_calls") for m in row["messages"]) and json.loads(row["tools"])[0]["function"]["name"]
 
 
+@pytest.mark.slow
 def test_math_stage_is_grpo_only(base_dir, tmp_path):
     from acl_lib.runs import run_once
 
