@@ -23,7 +23,6 @@ import re
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -245,7 +244,7 @@ class _Stopper:
         self.notebook, self.output = Path(notebook), output
         self.requested = False
         self._previous = None
-        self._watchdog = None
+        self._done = threading.Event()  # set when execute() returns: the watchdog has nothing left to do
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -257,6 +256,7 @@ class _Stopper:
         signal.signal(signal.SIGINT, self._on_sigint)
 
     def uninstall(self) -> None:
+        self._done.set()
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
@@ -265,23 +265,15 @@ class _Stopper:
         if self.requested:  # a second Ctrl-C: stop now
             self._abort()
         self.requested = True
-        self._watchdog = threading.Thread(target=self._watch, daemon=True, name="acl-stop-watchdog")
-        self._watchdog.start()
+        threading.Thread(target=self._watch, daemon=True, name="acl-stop-watchdog").start()
         raise KeyboardInterrupt
 
     def _watch(self) -> None:
-        deadline = time.monotonic() + self.GRACE_S
-        while time.monotonic() < deadline:
-            if self._previous is None:  # execute() has returned: the cell stopped by itself
-                return
-            time.sleep(0.1)
+        if self._done.wait(self.GRACE_S):  # the cell stopped by itself
+            return
         processes.kill_children()
-        deadline = time.monotonic() + self.EXIT_AFTER_S
-        while time.monotonic() < deadline:
-            if self._previous is None:
-                return
-            time.sleep(0.1)
-        self._abort()
+        if not self._done.wait(self.EXIT_AFTER_S):
+            self._abort()
 
     def _abort(self) -> None:
         processes.kill_children()
