@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acl_lib.atomic import write_json
+from acl_lib.diagnostics import _jsonable as jsonable
 from acl_lib.envs import IN_DOMAIN
 from acl_lib.final import CONSOLIDATIONS, MERGES, STUDY_DERIVED, FinalData, has_value
 from acl_lib.noise import BEYOND, FORMULA, Estimate, mean_of
@@ -618,23 +619,12 @@ def verdicts_markdown(data: FinalData, ids: Sequence[str] | None = None) -> str:
             + "\n".join(lines) + f"\n\n{NOISE_FLOOR}.")
 
 
-def _jsonable(obj):
-    """NaN as None (JSON has none), tuples as lists."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def write_findings(data: FinalData, path: str | Path, rows: list[dict] | None = None) -> Path:
     """Write the verdicts to ``path`` (``outputs/<profile>/findings.json``): the seeds, the noise floor, and per
     finding its claim, rule, our numbers with their standard errors, the study's numbers and where they come from,
     the verdict and what the rule saw. ``rows``: :func:`judge`'s rows on ``data`` when already computed. Returns
     the path."""
-    rows = _jsonable(rows if rows is not None else judge(data))
+    rows = jsonable(rows if rows is not None else judge(data))
     doc = {"seeds": list(data.seeds), "curriculum": list(data.curriculum), "noise_floor": FORMULA,
            "beyond_noise_in_se": BEYOND, "verdicts": VERDICTS, "summary": verdict_summary(rows), "findings": rows}
     return write_json(Path(path), doc)
