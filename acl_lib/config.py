@@ -244,6 +244,11 @@ class WorldsConfig(_Section):
         return v
 
 
+# What ``eval.limits.<benchmark>`` may set, and each value's type: integers are at least 1, the temperature >= 0.
+LIMIT_KEYS: dict[str, type] = {"max_turns": int, "max_new_tokens": int, "max_tasks": int, "k": int,
+                               "temperature": float}
+
+
 class EvalConfig(_Section):
     backend: Literal["hf", "vllm"] = "hf"
     k: int = Field(1, ge=1)  # samples per task (avg@k)
@@ -257,25 +262,60 @@ class EvalConfig(_Section):
     # {retail: {max_turns: 10, max_new_tokens: 121}}. The mini profile's come from what the scripted expert needs
     # (benchmarks/expert_needs.py: its longest episode and longest turn, plus a margin). ``max_tasks``: how many tasks
     # of that benchmark to score, instead of worlds.n_test / worlds.n_ood (a real set smaller than that is scored
-    # whole; the paper profile sizes each OOD benchmark this way).
-    limits: dict[str, dict[Literal["max_turns", "max_new_tokens", "max_tasks"], int]] = Field(default_factory=dict)
+    # whole; the paper profile sizes each OOD benchmark this way). ``k`` and ``temperature``: that benchmark's
+    # samples per task (avg@k) and sampling temperature, instead of k / temperature above. A single-turn benchmark
+    # can so be scored on more samples while the multi-turn desks stay greedy at k=1, e.g. the study's avg@16 at
+    # 0.6 for AIME26: {aime26: {max_tasks: 64, k: 16, temperature: 0.6}}. acl_lib.noise.binomial_se counts the
+    # n x k episodes as trials (at 50%: 1.6 points for 64 x 16, 8.3 for 32 greedy tasks); the samples of one task
+    # are correlated, so more tasks lower the true error more than more samples do. k > 1 at temperature 0 would
+    # repeat one greedy sample: the harness scores it with k=1 and warns.
+    limits: dict[str, dict[str, int | float]] = Field(default_factory=dict)
 
-    @field_validator("limits")
+    @field_validator("limits", mode="before")
     @classmethod
-    def _check_limits(cls, v: dict) -> dict:
+    def _check_limits(cls, v: Any) -> dict:
+        # A before-validator: the values are checked as written (pydantic's lax mode would read true as 1).
+        if not isinstance(v, dict):
+            raise ValueError(f"eval.limits must map benchmarks to their limits, got {v!r}")
         benchmarks = domains.BENCHMARK_DOMAIN
         unknown = sorted(set(v) - set(benchmarks))
         if unknown:
             raise ValueError(f"eval.limits: unknown benchmark(s) {unknown}; benchmarks are {sorted(benchmarks)}")
-        bad = {f"{b}.{k}": n for b, lim in v.items() for k, n in lim.items() if n < 1}
-        if bad:
-            raise ValueError(f"eval.limits must be at least 1, got {bad}")
-        return v
+        out: dict[str, dict[str, int | float]] = {}
+        for b, lim in v.items():
+            if not isinstance(lim, dict):
+                raise ValueError(f"eval.limits.{b} must map keys of {list(LIMIT_KEYS)} to values, got {lim!r}")
+            bad_keys = sorted(str(key) for key in set(lim) - set(LIMIT_KEYS))
+            if bad_keys:
+                raise ValueError(f"eval.limits.{b}: unknown key(s) {bad_keys}; keys are {list(LIMIT_KEYS)}")
+            out[b] = {}
+            for key, x in lim.items():
+                if LIMIT_KEYS[key] is int:
+                    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+                        raise ValueError(f"eval.limits.{b}.{key} must be an integer of at least 1, got {x!r}")
+                else:
+                    try:
+                        number = _strict(float, x)
+                    except ValueError:
+                        raise ValueError(f"eval.limits.{b}.{key} must be a finite number, got {x!r}") from None
+                    if number < 0:
+                        raise ValueError(f"eval.limits.{b}.{key} must be at least 0 (0 = greedy), got {x!r}")
+                    x = number
+                out[b][key] = x
+        return out
 
     def limits_for(self, benchmark: str) -> tuple[int, int]:
         """(max_turns, max_new_tokens) for ``benchmark``: its own limits where set, else the defaults."""
         lim = self.limits.get(benchmark, {})
         return lim.get("max_turns", self.max_turns), lim.get("max_new_tokens", self.max_new_tokens)
+
+    def sampling_for(self, benchmark: str) -> tuple[int, float]:
+        """(k, temperature) for ``benchmark`` as configured: samples per task and sampling temperature (0 =
+        greedy), its own (``limits.<benchmark>.k`` / ``.temperature``) where set, else ``k`` / ``temperature``.
+        The harness (``acl_lib.eval.harness.sampling_plan``) applies ``acl eval --k`` and scores k > 1 at
+        temperature 0 with k=1."""
+        lim = self.limits.get(benchmark, {})
+        return int(lim.get("k", self.k)), float(lim.get("temperature", self.temperature))
 
 
 class SFTConfig(_Section):

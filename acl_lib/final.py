@@ -3,7 +3,8 @@
 Everything here reads files of the run store and nothing else:
 
 * scores: ``<output_dir>/<profile>/seed<k>/<run>/eval/metrics.json`` (key ``scores``, percent per benchmark;
-  ``n_tasks`` per benchmark and ``k``, the samples per task, which give each score its binomial standard error);
+  ``n_tasks`` per benchmark and ``k_by_benchmark`` (or, in older files, ``k``), the samples per task, which give
+  each score its binomial standard error);
 * diagnostics: ``<seed_dir>/diagnostics/{weights,tokens,cl_metrics}.json`` (the weight and token diagnostics) and
   ``<seed_dir>/sdft_directions/directions.json`` (the SDFT step's update-direction check).
 
@@ -13,7 +14,8 @@ reader who ran a subset of the notebooks gets the tables of what is there and th
 Means and spreads: ``mean`` over the seeds that have the value, ``std`` the sample standard deviation
 (``ddof=1``) over them, 0.0 with a single seed. The findings compare numbers through
 :meth:`FinalData.estimate` (:mod:`acl_lib.noise`: the binomial standard error of each score combined with the
-spread over seeds), so one seed still has a noise floor.
+spread over seeds), so one seed still has a noise floor. The score tables show mean ± std by default and
+mean ± that combined standard error with ``error="se"``.
 
 Public entry points: :func:`seed_dirs`, :func:`collect` (-> :class:`FinalData`), :func:`collect_profile`,
 :func:`trajectory_frame`, :func:`main_frame`, :func:`cl_frame`, :func:`missing_frame`, :func:`seeds_trajectory_figure`,
@@ -37,7 +39,7 @@ from acl_lib.config import load_config
 from acl_lib.diagnostics.cl_metrics import capability_matrix, cl_metrics
 from acl_lib.diagnostics.weights import UPDATE_DIRECTIONS
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
-from acl_lib.noise import Estimate
+from acl_lib.noise import Estimate, mean_of, samples_per_task
 from acl_lib.pipeline import checkpoint_names
 from acl_lib.views import paper_results, trajectory_figure
 
@@ -147,8 +149,11 @@ def collect(seed_dirs: Mapping[int, str | Path], curriculum: Sequence[str] = dom
                 data.scores.setdefault(run, {})[seed] = m["scores"]
                 if isinstance(m.get("n_tasks"), dict):
                     data.tasks.setdefault(run, {})[seed] = m["n_tasks"]
-                if m.get("k") is not None:
-                    data.samples.setdefault(run, {})[seed] = m["k"]
+                if m.get("k") is not None or m.get("k_by_benchmark") is not None:
+                    # each benchmark's own k (acl_lib.noise.samples_per_task); one number when they are all equal
+                    ks = {b: samples_per_task(m, b) for b in m["scores"]}
+                    data.samples.setdefault(run, {})[seed] = (next(iter(set(ks.values())))
+                                                              if len(set(ks.values())) == 1 else ks)
             else:
                 data.missing.setdefault(run, []).append(seed)
     for name, rel in DIAG_FILES.items():
@@ -203,12 +208,31 @@ def aggregate(per_seed: Mapping[int, Mapping[str, float]], benchmarks: Sequence[
 # --- tables ---------------------------------------------------------------------------------------------------
 
 
+ERRORS = {"std": "ours: mean ± sample std over seeds (no spread shown with one seed)",
+          "se": "ours: mean ± standard error over seeds (acl_lib.noise: each seed's binomial standard error from its "
+                "n_tasks x k, combined with the spread over seeds)"}
+
+
+def fmt_estimate(est: Estimate | None, digits: int = 1) -> str:
+    """``"12.3 ± 4.5"``: an estimate and its combined standard error; ``"-"`` without one, the value alone where
+    nothing gives it an error (one seed whose task count is unknown)."""
+    if est is None:
+        return "-"
+    if est.sampling is None and est.seeds < 2:
+        return f"{est.value:.{digits}f}"
+    return est.fmt(digits)
+
+
 def _score_frame(data: FinalData, rows: Sequence[tuple[str, str]], study: Mapping[str, Mapping],
-                 benchmarks: Sequence[str], means: bool = False):
-    """One row per (label, run); per benchmark the columns ``ours`` (mean ± std) and ``study``; ``seeds`` is how
-    many seeds have the run. ``means``: add the in-domain and OOD means of the benchmarks shown."""
+                 benchmarks: Sequence[str], means: bool = False, error: str = "std"):
+    """One row per (label, run); per benchmark the columns ``ours`` and ``study``; ``seeds`` is how many seeds
+    have the run. ``means``: add the in-domain and OOD means of the benchmarks shown. ``error``: what follows the
+    ± of ours (:data:`ERRORS`): ``std``, the spread over seeds, or ``se``, the combined standard error
+    (:meth:`FinalData.estimate`; a suite's mean: :func:`acl_lib.noise.mean_of` of its benchmarks')."""
     import pandas as pd
 
+    if error not in ERRORS:
+        raise ValueError(f"error must be one of {sorted(ERRORS)}, got {error!r}")
     out = []
     for label, run in rows:
         per = data.row(run)
@@ -216,7 +240,7 @@ def _score_frame(data: FinalData, rows: Sequence[tuple[str, str]], study: Mappin
         theirs = study.get(label) or study.get(run) or {}
         rec = {("seeds", ""): len(per)}
         for b in benchmarks:
-            rec[(b, "ours")] = fmt(*agg[b])
+            rec[(b, "ours")] = fmt(*agg[b]) if error == "std" else fmt_estimate(data.estimate(run, b))
             v = theirs.get(b)
             rec[(b, "study")] = "" if v is None else f"{v:.1f}"
         if means:
@@ -224,24 +248,30 @@ def _score_frame(data: FinalData, rows: Sequence[tuple[str, str]], study: Mappin
                               ("OOD mean", [b for b in benchmarks if b in OOD_BENCHMARKS])):
                 if not bs:
                     continue
-                per_seed = [statistics.fmean(s[b] for b in bs) for s in per.values()
-                            if all(has_value(s.get(b)) for b in bs)]
-                rec[(suite, "ours")] = fmt(*summarize(per_seed))
+                if error == "std":
+                    per_seed = [statistics.fmean(s[b] for b in bs) for s in per.values()
+                                if all(has_value(s.get(b)) for b in bs)]
+                    rec[(suite, "ours")] = fmt(*summarize(per_seed))
+                else:
+                    ests = [data.estimate(run, b) for b in bs]
+                    rec[(suite, "ours")] = fmt_estimate(mean_of(ests) if all(ests) else None)
                 sv = [theirs.get(b) for b in bs]
                 rec[(suite, "study")] = f"{statistics.fmean(sv):.1f}" if all(has_value(v) for v in sv) else ""
         out.append(pd.Series(rec, name=label))
     frame = pd.DataFrame(out)
     if len(frame.columns):
         frame.columns = pd.MultiIndex.from_tuples(frame.columns, names=["benchmark", ""])
+    frame.attrs["error"] = ERRORS[error]
     return frame.rename_axis("checkpoint")
 
 
-def trajectory_frame(data: FinalData, benchmarks: Sequence[str] | None = None):
+def trajectory_frame(data: FinalData, benchmarks: Sequence[str] | None = None, error: str = "std"):
     """The sequential trajectory: base and every stage (rows, curriculum order) on every benchmark, mean ± std
-    over seeds, beside the study's ``sequential`` rows (the study's order is math, search, ecom, if: its rows are
-    matched by name, so another curriculum order shows no study figures)."""
+    over seeds (``error="se"``: mean ± combined standard error), beside the study's ``sequential`` rows (the
+    study's order is math, search, ecom, if: its rows are matched by name, so another curriculum order shows no
+    study figures)."""
     rows = [(r, r) for r in data.seq_runs]
-    return _score_frame(data, rows, data.study.get("sequential", {}), benchmarks or BENCH_ORDER)
+    return _score_frame(data, rows, data.study.get("sequential", {}), benchmarks or BENCH_ORDER, error=error)
 
 
 def main_rows(data: FinalData) -> list[tuple[str, str]]:
@@ -250,13 +280,13 @@ def main_rows(data: FinalData) -> list[tuple[str, str]]:
             *[(m, m) for m in MERGES], *[(m, m) for m in MLE_RUNS]]
 
 
-def main_frame(data: FinalData, suite: str = "in_domain", include_missing: bool = False):
-    """The main comparison, ``suite`` ``in_domain`` or ``ood`` columns, mean ± std over seeds beside the study's
-    ``main_table``; with the suite's mean column. Rows without any evaluation are left out unless
-    ``include_missing`` (they are listed by :func:`missing_frame`)."""
+def main_frame(data: FinalData, suite: str = "in_domain", include_missing: bool = False, error: str = "std"):
+    """The main comparison, ``suite`` ``in_domain`` or ``ood`` columns, mean ± std over seeds (``error="se"``:
+    mean ± combined standard error) beside the study's ``main_table``; with the suite's mean column. Rows without
+    any evaluation are left out unless ``include_missing`` (they are listed by :func:`missing_frame`)."""
     bs = IN_DOMAIN_BENCHMARKS if suite == "in_domain" else OOD_BENCHMARKS
     rows = [(label, run) for label, run in main_rows(data) if include_missing or data.has(run)]
-    return _score_frame(data, rows, data.study.get("main_table", {}), bs, means=True)
+    return _score_frame(data, rows, data.study.get("main_table", {}), bs, means=True, error=error)
 
 
 def missing_frame(data: FinalData):

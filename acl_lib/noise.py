@@ -2,9 +2,10 @@
 calls the gap real.
 
 A score is a pass rate in percent measured on ``n`` tasks with ``k`` samples each (``<run>/eval/metrics.json``:
-``scores``, ``n_tasks``, ``k``). Its **binomial standard error**, in percentage points, counts the ``N = n * k``
-episodes as Bernoulli trials, with the Agresti-Coull "plus four" correction so that a score of 0 or 100 still
-carries the uncertainty of its sample size::
+``scores``, ``n_tasks``, ``k_by_benchmark``; each benchmark may have its own k, read with :func:`samples_per_task`).
+Its **binomial standard error**, in percentage points, counts the ``N = n * k`` episodes as Bernoulli trials, with
+the Agresti-Coull "plus four" correction so that a score of 0 or 100 still carries the uncertainty of its sample
+size::
 
     p~ = (p * N + 2) / (N + 4)            SE_binomial = 100 * sqrt(p~ * (1 - p~) / (N + 4))
 
@@ -54,6 +55,32 @@ def binomial_se(score: float, n_tasks: int, k: int = 1) -> float:
         raise ValueError(f"a score is a percentage in [0, 100], got {score}")
     p = (score / 100.0 * trials + 2.0) / (trials + 4.0)
     return 100.0 * math.sqrt(p * (1.0 - p) / (trials + 4.0))
+
+
+def samples_per_task(metrics: dict, benchmark: str) -> int:
+    """The samples per task (the k of avg@k) ``benchmark`` was scored with, from a ``metrics.json``: its entry of
+    ``k_by_benchmark``, else ``k`` (one number for every benchmark in files written before the per-benchmark k,
+    or ``{benchmark: k}``), else 1."""
+    by = metrics.get("k_by_benchmark")
+    if isinstance(by, dict) and by.get(benchmark) is not None:
+        return int(by[benchmark])
+    k = metrics.get("k")
+    if isinstance(k, dict):
+        k = k.get(benchmark)
+    return int(k) if k is not None else 1
+
+
+def score_se(metrics: dict, benchmark: str) -> float | None:
+    """The binomial standard error (points) of ``benchmark``'s score in a ``metrics.json``: its ``se`` entry, or
+    computed from ``scores``, ``n_tasks`` and :func:`samples_per_task` (files written before ``se``); None when
+    the score or its task count is unknown."""
+    se = (metrics.get("se") or {}).get(benchmark)
+    if _number(se):
+        return float(se)
+    score, n = (metrics.get("scores") or {}).get(benchmark), (metrics.get("n_tasks") or {}).get(benchmark)
+    if not _number(score) or not n:
+        return None
+    return binomial_se(score, n, samples_per_task(metrics, benchmark))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import yaml
 from acl_lib import png_export
 from acl_lib.config import setting_text
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
+from acl_lib.noise import samples_per_task, score_se
 from acl_lib.pipeline import checkpoint_names
 from acl_lib.progress import hf_progress_bars
 
@@ -132,17 +133,40 @@ def load_scores(seed_dir: str | Path, runs: list[str]) -> dict[str, dict[str, fl
             out[name] = json.loads(p.read_text())["scores"]
     return out
 
+
+def load_standard_errors(seed_dir: str | Path, runs: list[str]) -> dict[str, dict[str, float | None]]:
+    """``{run: {benchmark: points}}``: the binomial standard error of each score :func:`load_scores` reads, for the
+    same runs (``metrics.json``'s ``se``, or computed from its ``n_tasks`` and k for a file written before ``se``:
+    ``acl_lib.noise.score_se``). Pass it as ``se`` to :func:`scores_frame` or :func:`format_matrix`."""
+    out = {}
+    for name in runs:
+        p = Path(seed_dir) / name / "eval" / "metrics.json"
+        if p.exists():
+            metrics = json.loads(p.read_text())
+            out[name] = {b: score_se(metrics, b) for b in metrics["scores"]}
+    return out
+
+
+def score_text(score: float | None, se: float | None = None, digits: int = 1) -> str:
+    """``"12.5 ± 4.1"`` (a score and its standard error), ``"12.5"`` without one, ``"-"`` without a score."""
+    if score is None or score != score:
+        return "-"
+    if se is None or se != se:
+        return f"{score:.{digits}f}"
+    return f"{score:.{digits}f} ± {se:.{digits}f}"
+
 def format_matrix(scores: dict[str, dict[str, float]], paper: dict[str, dict] | None = None,
-                  benchmarks: list[str] | None = None) -> str:
-    """A plain-text capability matrix; with ``paper``, each cell reads ``ours (paper)``."""
+                  benchmarks: list[str] | None = None, se: dict[str, dict[str, float | None]] | None = None) -> str:
+    """A plain-text capability matrix; with ``paper``, each cell reads ``ours (paper)``; with ``se``
+    (:func:`load_standard_errors`), ours reads ``score ± se``."""
     benchmarks = benchmarks or BENCH_ORDER
-    width = 13 if paper else 7
+    width = 7 + (6 if paper else 0) + (7 if se is not None else 0)
     head = f"{'checkpoint':<14}" + "".join(f"{b:>{width}}" for b in benchmarks)
     lines = [head]
     for run, s in scores.items():
         cells = []
         for b in benchmarks:
-            ours = "-" if s.get(b) is None else f"{s[b]:.1f}"
+            ours = score_text(s.get(b), None if se is None else (se.get(run) or {}).get(b))
             if paper is not None:
                 theirs = (paper.get(run) or {}).get(b)
                 ours += f" ({theirs:.1f})" if theirs is not None else " (-)"
@@ -274,12 +298,26 @@ def training_curves(run_dir: str | Path):
 
 
 def scores_frame(scores: dict[str, dict[str, float]], paper: dict[str, dict] | None = None,
-                 benchmarks: list[str] | None = None):
+                 benchmarks: list[str] | None = None, se: dict[str, dict[str, float | None]] | None = None):
     """DataFrame of scores (%): one row per checkpoint, one column per benchmark; with ``paper``, two columns
-    per benchmark, ``ours`` and ``study`` (NaN where the study reports nothing)."""
+    per benchmark, ``ours`` and ``study`` (NaN where the study reports nothing). With ``se`` (``{run: {benchmark:
+    points}}``, :func:`load_standard_errors`) our cells are text, ``score ± se`` (the binomial standard error)."""
     import pandas as pd
 
     benchmarks = benchmarks or BENCH_ORDER
+    if se is not None:
+        def ours(run, b):
+            return score_text(scores[run].get(b), (se.get(run) or {}).get(b))
+
+        if paper is None:
+            return pd.DataFrame({b: [ours(r, b) for r in scores] for b in benchmarks},
+                                index=list(scores)).rename_axis("checkpoint")
+        cols = pd.MultiIndex.from_product([benchmarks, ["ours", "study"]], names=["benchmark", ""])
+        data = [[v for b in benchmarks for v in (ours(run, b), (paper.get(run) or {}).get(b))] for run in scores]
+        frame = pd.DataFrame(data, index=list(scores), columns=cols).rename_axis("checkpoint")
+        for b in benchmarks:
+            frame[(b, "study")] = frame[(b, "study")].astype(float)
+        return frame
     if paper is None:
         return pd.DataFrame({b: [scores[r].get(b) for r in scores] for b in benchmarks}, index=list(scores),
                             dtype=float).rename_axis("checkpoint")
@@ -329,7 +367,7 @@ def failure_frame(eval_dir: str | Path, benchmarks: list[str] | None = None):
     for b, reasons in metrics.get("failures", {}).items():
         if benchmarks and b not in benchmarks:
             continue
-        total = metrics["n_tasks"][b] * metrics.get("k", 1)
+        total = metrics["n_tasks"][b] * samples_per_task(metrics, b)
         for reason, count in reasons.items():
             rows.append({"benchmark": b, "reason": reason, "episodes": count, "share": 100.0 * count / total})
     return pd.DataFrame(rows, columns=["benchmark", "reason", "episodes", "share"])
@@ -408,7 +446,7 @@ def stage_reading(cfg, run) -> str:
     reasons = metrics.get("failures", {}).get(own) or {}
     if reasons:
         reason, count = max(reasons.items(), key=lambda kv: kv[1])
-        total = metrics["n_tasks"][own] * metrics.get("k", 1)
+        total = metrics["n_tasks"][own] * samples_per_task(metrics, own)
         lines.append(f"- Commonest failure on {own}: *{reason}* ({count} of {total} episodes).")
     lines.append(f"- One task of {cfg.worlds.n_test} is {one_task:.1f} points: smaller changes are noise at "
                  "this size.")

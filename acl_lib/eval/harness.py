@@ -13,9 +13,14 @@ into a temporary directory that is renamed into place. The pipeline's evaluation
 ``<run>/eval/`` (``acl_lib.pipeline.eval_run``).
 
 Outputs in ``out_dir``:
-- ``metrics.json``: ``{"scores": {benchmark: percent}, "mean_reward": {...}, "n_tasks": {...}, ...}``.
+- ``metrics.json``: ``{"scores": {benchmark: percent}, "se": {...}, "mean_reward": {...}, "n_tasks": {...}, ...}``.
   A benchmark's score is the percentage of episodes with reward 1 (pass rate; for IFEval this is
-  prompt-level strict accuracy), averaged over k samples per task (avg@k).
+  prompt-level strict accuracy), averaged over k samples per task (avg@k). Each benchmark has its own k and
+  temperature (``eval.limits.<benchmark>``, else ``eval.k`` / ``eval.temperature``; ``sampling_plan``):
+  ``k_by_benchmark`` and ``temperature`` hold them per benchmark; ``k`` is their common value when all are equal,
+  else the same ``{benchmark: k}`` as ``k_by_benchmark`` (read it with ``acl_lib.noise.samples_per_task``, which
+  also reads files written before the per-benchmark k). ``se``: each score's binomial standard error in points
+  (``acl_lib.noise.binomial_se`` of its score, ``n_tasks`` and k).
 - ``records/<benchmark>.jsonl``: one line per episode with the transcript and the failure reason.
 - ``eval_config.yaml`` (``acl eval`` only): the resolved config it ran with.
 """
@@ -37,6 +42,7 @@ from acl_lib.config import Config, UserSimConfig, project_root
 from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, llm_user, make_env, scripted_expert
 from acl_lib.envs.base import Episode, Task
 from acl_lib.eval.turns import TurnGenerator
+from acl_lib.noise import binomial_se, samples_per_task
 from acl_lib.progress import Progress
 from acl_lib.runs import COMPLETE, CONFIG, FAILED, RUNNING
 from acl_lib.seeding import seed_and_threads
@@ -428,22 +434,39 @@ def dataset_scores(tasks: list[Task], passed: list[bool]) -> dict[str, float]:
     return {name: 100.0 * sum(v) / len(v) for name, v in sorted(groups.items())}
 
 
+def sampling_plan(cfg, benches: Sequence[Benchmark], k: int | None = None) -> dict[str, tuple[int, float]]:
+    """``{benchmark: (k, temperature)}``: each benchmark's samples per task and sampling temperature
+    (``cfg.eval.sampling_for``). An explicit ``k`` (``acl eval --k``) replaces every benchmark's k. A benchmark
+    scored greedily (temperature 0) with k > 1 would repeat one sample k times: it is scored with k=1, and a
+    warning names it."""
+    if k is not None and k < 1:
+        raise ValueError(f"k must be at least 1 (samples per task), got {k}")
+    plan, greedy = {}, []
+    for b in benches:
+        own_k, temperature = cfg.eval.sampling_for(b.key)
+        kb = k or own_k
+        if kb > 1 and temperature == 0:
+            greedy.append(f"{b.key} (k={kb})")
+            kb = 1
+        plan[b.key] = (kb, temperature)
+    if greedy:
+        log.warning("k > 1 with temperature 0 repeats the same greedy sample; using k=1 for %s", ", ".join(greedy))
+    return plan
+
+
 def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = None, k: int | None = None,
              policy: Policy | None = None, benchmarks: list[str] | None = None) -> dict:
     """Evaluate ``model`` (a checkpoint dir, ``expert`` or ``null``) on the suite; write metrics + records.
 
-    Tasks are drawn with the world seed ``cfg.worlds.seed`` (the same benchmark for every training seed). A
-    policy built here (no ``policy`` given) is built once for the whole suite and closed at the end, its model
-    or vLLM engine released (``close``), so evaluating checkpoints one after another does not pile them up.
+    Tasks are drawn with the world seed ``cfg.worlds.seed`` (the same benchmark for every training seed). Each
+    benchmark is scored with its own k and temperature (``sampling_plan``; ``k`` given here replaces every
+    benchmark's k). A policy built here (no ``policy`` given) is built once for the whole suite and closed at the
+    end, its model or vLLM engine released (``close``), so evaluating checkpoints one after another does not pile
+    them up.
     """
     suites = suites or cfg.eval.suites
-    if k is not None and k < 1:
-        raise ValueError(f"k must be at least 1 (samples per task), got {k}")
-    k = k or cfg.eval.k
-    if k > 1 and cfg.eval.temperature == 0:
-        log.warning("k=%d with temperature 0 repeats the same greedy sample; using k=1", k)
-        k = 1
     benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(suites)
+    sampling = sampling_plan(cfg, benches, k)
     # a missing user simulator fails now, not after math and search
     llm_user.preflight(cfg.worlds, {b.env for b in benches})
     if policy is None and model not in ("expert", "null"):
@@ -452,7 +475,7 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
     own_policy = policy is None  # built here: released here, so the next checkpoint's model finds the memory free
     policy = policy or make_policy(model, cfg)
     try:
-        return _evaluate(cfg, model, out_dir, suites, k, policy, benches)
+        return _evaluate(cfg, model, out_dir, suites, sampling, policy, benches)
     finally:
         if own_policy and hasattr(policy, "close"):
             policy.close()
@@ -513,7 +536,7 @@ def _worker_main(argv: list[str] | None = None) -> None:
              k=spec["k"], benchmarks=spec["benchmarks"])
 
 
-def _evaluate(cfg, model, out_dir, suites, k, policy, benches) -> dict:
+def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]], policy, benches) -> dict:
     out = Path(out_dir)
     (out / "records").mkdir(parents=True, exist_ok=True)
     envs: dict[str, object] = {}
@@ -527,12 +550,15 @@ def _evaluate(cfg, model, out_dir, suites, k, policy, benches) -> dict:
         if b.env not in envs:
             envs[b.env] = world(cfg, b.env)
         tasks[b.key] = envs[b.env].tasks(b.split, sizes[b.key], seed=cfg.worlds.seed)
-    with Progress(sum(len(tasks[b.key]) * k for b in benches), "eval", unit="episode") as bar:
+    with Progress(sum(len(tasks[b.key]) * sampling[b.key][0] for b in benches), "eval", unit="episode") as bar:
         for b in benches:
             tb = time.perf_counter()
             max_turns, max_new_tokens = cfg.eval.limits_for(b.key)
+            k, temperature = sampling[b.key]
             if hasattr(policy, "max_new_tokens"):  # a model's per-turn budget; the scripted policies have none
                 policy.max_new_tokens = max_new_tokens
+            if hasattr(policy, "temperature"):  # a model's sampling; the scripted policies have none
+                policy.temperature = temperature
             summary, records = evaluate_benchmark(
                 policy, b, envs[b.env], sizes[b.key], k, max_turns, task_seed=cfg.worlds.seed,
                 batch_size=max(cfg.eval.batch_size, 1) * 4, progress=bar.update, tasks=tasks[b.key],
@@ -543,8 +569,12 @@ def _evaluate(cfg, model, out_dir, suites, k, policy, benches) -> dict:
             bar.stats.clear()  # the line shows the last benchmark's score
             bar.update(0, **{b.key: round(summary["score"], 1)})
     elapsed = time.perf_counter() - t0
+    k_by = {key: r["k"] for key, r in results.items()}
     metrics = {
         "scores": {key: round(r["score"], 2) for key, r in results.items()},
+        # binomial standard error of each score, in points (acl_lib.noise); None for a benchmark without tasks
+        "se": {key: round(binomial_se(r["score"], r["n_tasks"], r["k"]), 2) if r["n_tasks"] else None
+               for key, r in results.items()},
         "mean_reward": {key: round(r["mean_reward"], 4) for key, r in results.items()},
         "n_tasks": {key: r["n_tasks"] for key, r in results.items()},
         # Benchmarks pooling several datasets (single_hop, multi_hop on real data): each dataset's score and their
@@ -553,7 +583,10 @@ def _evaluate(cfg, model, out_dir, suites, k, policy, benches) -> dict:
                               for key, r in results.items() if "by_dataset" in r},
         "dataset_mean_scores": {key: round(r["dataset_mean"], 2) for key, r in results.items() if "by_dataset" in r},
         "failures": {key: r["failures"] for key, r in results.items()},
-        "k": k,
+        # one number when every benchmark has the same k (what readers of a single k expect), else {benchmark: k}
+        "k": next(iter(set(k_by.values()))) if len(set(k_by.values())) == 1 else k_by,
+        "k_by_benchmark": k_by,
+        "temperature": {key: sampling[key][1] for key in results},
         "model": str(model),
         "profile": cfg.profile,
         "seed": cfg.seed,
@@ -675,9 +708,13 @@ def out_dir_problem(out: Path) -> str | None:
 
 
 def format_scores(metrics: dict) -> str:
-    lines = [f"{'benchmark':<12} {'score':>7}  n"]
+    """The scores as ``acl eval`` prints them: score, its binomial standard error, tasks, samples per task."""
+    lines = [f"{'benchmark':<12} {'score':>7} {'± se':>6}  {'n':>4}  k"]
     for key, score in metrics["scores"].items():
-        lines.append(f"{key:<12} {score:>7.1f}  {metrics['n_tasks'][key]}")
+        n = metrics["n_tasks"][key]
+        k = samples_per_task(metrics, key)
+        se = f"{binomial_se(score, n, k):.1f}" if n else "-"
+        lines.append(f"{key:<12} {score:>7.1f} {se:>6}  {n:>4}  {k}")
     return "\n".join(lines)
 
 
