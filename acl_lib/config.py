@@ -116,6 +116,23 @@ class PretrainConfig(_Section):
     copy_warmup_lr: float = Field(1e-3, gt=0)
     copy_mix: float = Field(0.0, ge=0, lt=1)  # share of synthetic copy blocks among the corpus blocks
     copy_eval_every: int = Field(0, ge=0)  # log the context-copy gain every N steps (0: never)
+    # Mid-training (phase 3, acl_lib.train.midtrain): rejection-sampled scripted-expert episodes per domain, from
+    # worlds of world_seeds, trained with assistant-only loss after the corpus. Off while midtrain_steps is 0.
+    midtrain_demos: dict[str, int] = Field(default_factory=dict)
+    midtrain_steps: int = Field(0, ge=0)
+    midtrain_batch_size: int = Field(8, ge=1)
+    midtrain_lr: float = Field(5e-4, gt=0)
+    midtrain_max_length: int = Field(4096, ge=16)
+
+    @field_validator("midtrain_demos")
+    @classmethod
+    def _check_midtrain_demos(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = [d for d in v if d not in DOMAINS]
+        if bad:
+            raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+        if any(n < 0 for n in v.values()):
+            raise ValueError(f"midtrain_demos must be >= 0 per domain, got {v}")
+        return v
 
     @field_validator("mix")
     @classmethod
@@ -468,8 +485,10 @@ class MLEConfig(_Section):
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
                                                                "gate_proj", "up_proj", "down_proj"])
-    # Each expert trains with its stage's recipe (cfg.for_stage(d): cold start where pipeline.cold_start says,
-    # then GRPO) with these budgets in place of the stage's (LoRA steps are far fewer than a stage's).
+    # Each expert trains by GRPO in its domain's world, as the study's LoRA-RL experts, with the stage's settings
+    # (cfg.for_stage(d)) and these budgets in place of the stage's. cold_start: true puts a LoRA-SFT cold start on
+    # the scripted expert's demos before the GRPO of the domains whose stage has one (pipeline.cold_start).
+    cold_start: bool = False
     num_demos: int = Field(64, ge=1)  # cold-start demos (at most the stage's own sft.num_demos)
     sft_max_steps: int = Field(40, ge=0)
     sft_learning_rate: float = Field(1e-3, gt=0)
@@ -712,7 +731,7 @@ def _set_dotted(tree: dict, key: str, value: Any, source: str) -> None:
 def _flatten(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
     out = []
     for k, v in tree.items():
-        if isinstance(v, dict) and k not in ("cold_start", "stage_overrides", "mix"):
+        if isinstance(v, dict) and k not in ("cold_start", "stage_overrides", "mix", "midtrain_demos"):
             out.extend(_flatten(v, f"{prefix}{k}."))
         else:
             out.append((prefix + k, v))

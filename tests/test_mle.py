@@ -59,7 +59,8 @@ def test_backbone_is_bit_identical_after_expert_training(base_dir, tmp_path):
 
     cfg = tiny_cfg(tmp_path, **{"grpo.max_turns": 3, "sft.max_length": 4096, "model.max_position_embeddings": 4096,
                                 "grpo.max_completion_length": 32, "mle.num_demos": 4, "mle.sft_max_steps": 1,
-                                "mle.grpo_max_steps": 1, "mle.rank": 2, "mle.target_modules": ["q_proj", "v_proj"]})
+                                "mle.grpo_max_steps": 1, "mle.rank": 2, "mle.target_modules": ["q_proj", "v_proj"],
+                                "mle.cold_start": True})
     assert cfg.pipeline.cold_start["search"]
     before = mle.file_digests(base_dir)
     info = mle.train_expert(cfg, "search", base_dir, tmp_path / "expert")
@@ -78,11 +79,24 @@ def test_backbone_is_bit_identical_after_expert_training(base_dir, tmp_path):
     assert mle.backbone_tensors_equal(model, base_dir)["equal"]
 
 
+@pytest.mark.parametrize("profile", ["smoke", "mini", "paper"])
+def test_experts_are_lora_rl_unless_a_cold_start_is_asked_for(profile):
+    """The study's experts are LoRA-RL: no expert has a cold start by default, at any profile; mle.cold_start
+    gives one to the domains whose stage has one."""
+    cfg = load_config(profile, [], seed=0)
+    assert cfg.mle.cold_start is False
+    assert not any(mle.expert_cold_start(cfg, d) for d in cfg.pipeline.curriculum)
+    assert not any(mle.expert_run(cfg, mle.MLESpec(), d).extra["cold_start"] for d in cfg.pipeline.curriculum)
+    on = load_config(profile, ["mle.cold_start=true"], seed=0)
+    assert [d for d in on.pipeline.curriculum if mle.expert_cold_start(on, d)] == \
+        [d for d in on.pipeline.curriculum if on.pipeline.cold_start.get(d)]
+
+
 def _expert_cfg(tmp_path, **extra):
     return tiny_cfg(tmp_path, **{"grpo.max_turns": 3, "sft.max_length": 4096, "model.max_position_embeddings": 4096,
                                  "grpo.max_completion_length": 32, "mle.num_demos": 4, "mle.sft_max_steps": 2,
                                  "mle.grpo_max_steps": 2, "mle.rank": 2, "mle.target_modules": ["q_proj", "v_proj"],
-                                 **extra})
+                                 "mle.cold_start": True, **extra})
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Causal-LM pretraining of the small base model (HF ``Trainer``), in up to two phases.
+"""Causal-LM pretraining of the small base model (HF ``Trainer``), in up to three phases.
 
     summary = train_pretrain(cfg, model_dir, corpus, out_dir)   # model_dir: the freshly built base
 
@@ -13,6 +13,10 @@
    blocks (the tail shorter than a block is dropped). ``max_steps`` x ``batch_size`` blocks, cosine decay after
    ``warmup_steps``.
 
+3. **Mid-training** (``pretrain.midtrain_steps`` > 0, ``acl_lib.train.midtrain``): the four domains' expert
+   transcripts from worlds of other seeds, assistant-only loss, from phase 2's model. Phase 2 then writes under
+   ``checkpoints/corpus/`` and phase 3 under ``checkpoints/midtrain/``; its model becomes ``model/``.
+
 Every ``copy_eval_every`` steps the context-copy gain (``acl_lib.model.copying.copy_gain`` on word lists of
 the search world) is measured and logged beside the loss, so the formation of the head can be watched.
 
@@ -26,13 +30,17 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from pathlib import Path
 
+from acl_lib.atomic import atomic_dir
 from acl_lib.model.copying import copy_gain, echo_documents, induction_blocks, world_word_lists
-from acl_lib.train import common
+from acl_lib.train import common, midtrain
 
 WARMUP_DIR = "checkpoints/copy_warmup"
+CORPUS_DIR = "checkpoints/corpus"  # phase 2's own directory when a phase 3 follows
+MIDTRAIN_DIR = "checkpoints/midtrain"
 
 
 def read_corpus(corpus: list[str] | str | Path) -> list[str]:
@@ -145,15 +153,43 @@ def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, o
                    seq_len=p.copy_warmup_seq_len)
         warm_summary = json.loads((warm_dir / common.TRAIN_SUMMARY).read_text())
         start = warm_dir / "model"
-    model, _ = common.load_model_and_tokenizer(start, cfg)
-    n_chars = sum(map(len, texts))
-    echo = echo_documents(texts, int(n_chars * p.copy_mix / (1 - p.copy_mix)), seed=cfg.seed + 1) if p.copy_mix else []
-    docs = texts + echo
-    random.Random(cfg.seed).shuffle(docs)
-    blocks = pack_corpus(docs, tok, p.seq_len)
-    n_copy = len(echo)
-    _, summary = _train(cfg, model, tok, blocks, out_dir, max_steps=p.max_steps, batch_size=p.batch_size,
-                        lr=p.learning_rate, warmup=p.warmup_steps, scheduler="cosine", phase="corpus",
-                        seq_len=p.seq_len)
-    summary.update(echo_documents=n_copy, echo_chars=sum(map(len, echo)), copy_warmup=warm_summary)
+    mid = midtrain.enabled(cfg)
+    # With a phase 3 the corpus phase is an intermediate: it lives under checkpoints/ (kept across restarts).
+    corpus_dir = out_dir / CORPUS_DIR if mid else out_dir
+    corpus_summary_file = corpus_dir / common.TRAIN_SUMMARY
+    if mid and (corpus_dir / "model").exists() and corpus_summary_file.is_file():  # finished before a restart
+        summary = json.loads(corpus_summary_file.read_text())
+    else:
+        model, _ = common.load_model_and_tokenizer(start, cfg)
+        n_chars = sum(map(len, texts))
+        echo = (echo_documents(texts, int(n_chars * p.copy_mix / (1 - p.copy_mix)), seed=cfg.seed + 1)
+                if p.copy_mix else [])
+        docs = texts + echo
+        random.Random(cfg.seed).shuffle(docs)
+        blocks = pack_corpus(docs, tok, p.seq_len)
+        _, summary = _train(cfg, model, tok, blocks, corpus_dir, max_steps=p.max_steps, batch_size=p.batch_size,
+                            lr=p.learning_rate, warmup=p.warmup_steps, scheduler="cosine", phase="corpus",
+                            seq_len=p.seq_len)
+        summary.update(echo_documents=len(echo), echo_chars=sum(map(len, echo)))
+        if mid:
+            common.write_summary_main(summary, corpus_dir)
+    summary["copy_warmup"] = warm_summary
+    if mid:
+        summary["midtrain"] = finish_midtrain(cfg, corpus_dir / "model", out_dir)
     return common.write_summary_main(summary, out_dir)
+
+
+def finish_midtrain(cfg, corpus_model: str | Path, out_dir: str | Path) -> dict:
+    """Phase 3 from the corpus phase's model into ``<out_dir>/checkpoints/midtrain``, its model then copied to
+    ``<out_dir>/model`` (atomically); returns its summary (a finished phase 3 is not redone)."""
+    out_dir = Path(out_dir)
+    mid_dir = out_dir / MIDTRAIN_DIR
+    summary_file = mid_dir / common.TRAIN_SUMMARY
+    if (mid_dir / "model").exists() and summary_file.is_file():
+        summary = json.loads(summary_file.read_text())
+    else:
+        summary = midtrain.train_midtrain(cfg, corpus_model, mid_dir)
+    if common.is_main_process():
+        with atomic_dir(out_dir / "model") as tmp:
+            shutil.copytree(mid_dir / "model", tmp, dirs_exist_ok=True)
+    return summary

@@ -90,6 +90,7 @@ from acl_lib.consolidate.mle.specs import (
                                              adapter_dirs,
                                              default_start,
                                              expert_cfg,
+                                             expert_cold_start,
                                              expert_name,
                                              expert_run,
                                              lora_config,
@@ -122,8 +123,8 @@ __all__ = [
     # specs
     "ADAPTER_DIR", "BASE_ADAPTER", "EXPERT_JSON", "EXPERT_SECTIONS", "LABEL_FIELDS", "MEASURE_JSON", "MLE_JSON",
     "ROUTER_FILE", "ROUTER_JSON", "ROUTER_RUN", "ROUTER_SEED", "ROUTERS", "ROUTES_JSON", "STARTS", "STRESS_JSON",
-    "MLESpec", "ablation_specs", "adapter_dirs", "default_start", "expert_cfg", "expert_name", "expert_run",
-    "lora_config", "lora_kwargs", "mle_run", "router_run", "start_run",
+    "MLESpec", "ablation_specs", "adapter_dirs", "default_start", "expert_cfg", "expert_cold_start", "expert_name",
+    "expert_run", "lora_config", "lora_kwargs", "mle_run", "router_run", "start_run",
     # experts
     "GRPO_SUBDIR", "SFT_SUBDIR", "TRAIN_SUMMARY", "backbone_check", "backbone_tensors_equal", "file_digests",
     "load_routed_model", "lora_parameters", "run_expert", "run_experts", "train_expert", "train_lora_grpo",

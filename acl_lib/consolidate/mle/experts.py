@@ -1,9 +1,10 @@
 """MLE's experts: from the frozen backbone (``sdft_base/model``: SDFT's union SFT'd from the base;
 ``start="base"``: the base itself, the ablation), one PEFT LoRA adapter per domain (``mle.rank``, ``mle.alpha``,
-``mle.dropout``, ``mle.target_modules``), trained with the domain's stage recipe (``cfg.for_stage(d)``): where
-``pipeline.cold_start[d]`` says so, a LoRA-SFT cold start on the scripted expert's rejection-sampled demos
-(TRL's ``SFTTrainer`` with ``peft_config``), then GRPO in the domain's world (TRL's ``GRPOTrainer``, the stages'
-multi-turn rollouts, ``trl_env``) continuing that adapter (or, without a cold start, through ``peft_config``).
+``mle.dropout``, ``mle.target_modules``), trained as the study's LoRA-RL experts: GRPO in the domain's world
+(TRL's ``GRPOTrainer`` through ``peft_config``, the stages' multi-turn rollouts, ``trl_env``) with the domain's
+stage settings (``cfg.for_stage(d)``). With ``mle.cold_start`` (off by default), the domains whose stage has a
+cold start (``pipeline.cold_start[d]``) first get a LoRA-SFT cold start on the scripted expert's
+rejection-sampled demos (TRL's ``SFTTrainer`` with ``peft_config``), which the GRPO phase continues.
 The budgets are ``mle``'s (``num_demos``, ``sft_max_steps``, ``grpo_max_steps``, learning rates,
 ``stage_overrides``), far below a stage's. After training, every backbone tensor in memory is compared with the
 backbone's file bit for bit (``torch.equal``) and the files' SHA-256 before and after are recorded
@@ -33,6 +34,7 @@ from acl_lib.consolidate.mle.specs import (
     _require,
     adapter_dirs,
     expert_cfg,
+    expert_cold_start,
     expert_run,
     lora_config,
     lora_kwargs,
@@ -173,7 +175,7 @@ def train_expert(cfg, domain: str, backbone_dir, out_dir, rank: int | None = Non
     ecfg = expert_cfg(cfg, domain)
     before = file_digests(backbone_dir)
     info: dict = {"domain": domain, "backbone": str(backbone_dir), "lora": lora_kwargs(cfg, rank),
-                  "cold_start": bool(ecfg.pipeline.cold_start.get(domain))}
+                  "cold_start": expert_cold_start(ecfg, domain)}
     init = None
     if info["cold_start"] and ecfg.sft.max_steps > 0:
         sft_dir = out_dir / SFT_SUBDIR

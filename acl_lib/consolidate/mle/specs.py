@@ -125,10 +125,16 @@ def default_start(cfg, fallback: bool = True) -> str:
     return "base"
 
 
+def expert_cold_start(cfg, domain: str) -> bool:
+    """Whether the expert of ``domain`` has a LoRA-SFT cold start before its GRPO: ``mle.cold_start`` and the
+    domain's stage has one (``pipeline.cold_start``). The study's experts are LoRA-RL: GRPO only (the default)."""
+    return bool(cfg.mle.cold_start and cfg.pipeline.cold_start.get(domain))
+
+
 def expert_run(cfg, spec: MLESpec, domain: str):
     ecfg = expert_cfg(cfg, domain)
     extra = {"domain": domain, "lora": lora_kwargs(cfg, spec.rank), "start": spec.start,
-             "cold_start": bool(cfg.pipeline.cold_start.get(domain)),
+             "cold_start": expert_cold_start(cfg, domain),
              "sft": ecfg.sft.model_dump(), "grpo": ecfg.grpo.model_dump(), "seed": cfg.seed}
     return Run(cfg, expert_name(cfg, spec, domain), sections=EXPERT_SECTIONS, inputs=[start_run(cfg, spec.start)],
                extra=extra)

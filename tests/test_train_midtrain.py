@@ -1,0 +1,107 @@
+"""Mid-training (phase 3 of the small base): its data never holds an evaluated task or entity, and the phase runs.
+
+The leakage test draws the mid-training mixture the mini profile ships with (scaled to its configured size when
+that is small enough, else a fixed sample of every domain) and checks it against every task the suite scores on
+the evaluated world (world seed ``worlds.seed``): no equal prompt, no customer e-mail, user id or order id of the
+evaluated retail world's gold actions, no question of the evaluated search world, and no document stating an
+evaluated search fact (its subject's document with the gold answer).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from acl_lib.config import load_config
+from acl_lib.envs import make_env
+from acl_lib.train import midtrain
+
+SAMPLE = "pretrain.midtrain_demos={math: 96, search: 64, ecom: 32, if: 96}"
+
+
+def _text(row: dict) -> str:
+    return json.dumps(row["messages"], ensure_ascii=False)
+
+
+def _strings(x):
+    if isinstance(x, str):
+        yield x
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _strings(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _strings(v)
+
+
+@pytest.mark.slow
+def test_midtrain_data_shares_no_task_or_entity_with_the_evaluated_world():
+    cfg = load_config("mini", ["pretrain.midtrain_steps=1", SAMPLE], seed=0)
+    rows, stats = midtrain.midtrain_demos(cfg)
+    assert {d: s["kept"] for d, s in stats["domains"].items()} == {"math": 96, "search": 64, "ecom": 32, "if": 96}
+    assert cfg.worlds.seed not in stats["world_seeds"]
+    texts = [_text(r) for r in rows]
+    blob = "\n".join(texts)
+
+    # no evaluated prompt (any benchmark, in-domain or OOD) is a prompt of the mid-training data
+    evaluated = midtrain.evaluated_prompts(cfg)
+    prompts = {m["content"] for r in rows for m in r["messages"] if m["role"] == "user"}
+    assert len(evaluated) > 100
+    assert not prompts & evaluated
+
+    # retail: the evaluated customers and orders (every id and e-mail in the gold actions) never appear
+    retail = make_env("retail", cfg.worlds, seed=cfg.worlds.seed)
+    ids = {s for t in retail.tasks("test", cfg.worlds.n_test, seed=cfg.worlds.seed)
+           for a in t.answer["actions"] for s in _strings(a["arguments"])
+           if "@" in s or s.startswith("#W") or re.fullmatch(r"[a-z]+_[a-z]+_\d+", s)}
+    assert len(ids) >= cfg.worlds.n_test  # the pattern above does find them
+    assert not [s for s in ids if s in blob]
+
+    # search: no evaluated question, and no document that states an evaluated fact
+    search = make_env("search", cfg.worlds, seed=cfg.worlds.seed)
+    for t in search.tasks("test", cfg.worlds.n_test, seed=cfg.worlds.seed):
+        assert t.user_prompt not in blob
+        subject = t.meta["hops"][0]["subject"]
+        for doc in re.findall(r'\(Title: "' + re.escape(subject) + r'"\)[^\n"]*', blob):
+            assert not any(ans in doc for ans in t.answer), (subject, t.answer, doc)
+
+
+def test_midtrain_refuses_the_evaluated_world_and_unknown_domains():
+    with pytest.raises(ValueError, match="unknown domain"):
+        load_config("mini", ["pretrain.midtrain_demos={cooking: 3}"], seed=0)
+    with pytest.raises(ValueError, match=">= 0"):
+        load_config("mini", ["pretrain.midtrain_demos={math: -1}"], seed=0)
+    cfg = load_config("mini", ["pretrain.midtrain_steps=0", "pretrain.midtrain_demos={math: 3}"], seed=0)
+    assert not midtrain.enabled(cfg)
+
+
+@pytest.mark.slow
+def test_pretrain_with_a_midtraining_phase_trains_on_assistant_tokens_and_resumes(tmp_path):
+    """Smoke profile: the three phases run; phase 3's model becomes the base; a restart redoes nothing."""
+    from acl_lib.pipeline import build_base
+    from acl_lib.train.common import read_log
+
+    cfg = load_config("smoke", [f"output_dir={tmp_path}", "pretrain.midtrain_steps=3", "pretrain.midtrain_batch_size=2",
+                                "pretrain.midtrain_demos={math: 4, search: 2, ecom: 1, if: 2}"], seed=0)
+    model_dir = build_base(cfg, evaluate=False)
+    base = tmp_path / "smoke" / "seed0" / "base"
+    mid = base / "checkpoints" / "midtrain"
+    assert (mid / "model" / "model.safetensors").is_file()
+    assert (base / "checkpoints" / "corpus" / "model" / "model.safetensors").is_file()
+    same = (mid / "model" / "model.safetensors").read_bytes() == (base / "model" / "model.safetensors").read_bytes()
+    assert same and str(base / "model") == model_dir
+    summary = json.loads((base / "train_summary.json").read_text())
+    assert summary["midtrain"]["demos"]["rows"] == 9 and summary["midtrain"]["steps"] == 3
+    assert len([r for r in read_log(mid / "train_log.jsonl") if "loss" in r]) >= 1
+    # what phase 3 trained on is kept beside it, each row an episode with the expert's turns
+    rows = midtrain.read_demos(mid)
+    assert len(rows) == 9 and all(any(m["role"] == "assistant" for m in r["messages"]) for r in rows)
+    # a restart after phase 3 finished trains nothing more and gives the same model
+    from acl_lib.train.pretrain import finish_midtrain
+
+    n_log = len(read_log(mid / "train_log.jsonl"))
+    again = finish_midtrain(cfg, base / "checkpoints" / "corpus" / "model", base)
+    assert again["steps"] == 3 and len(read_log(mid / "train_log.jsonl")) == n_log
+    assert (base / "model" / "model.safetensors").read_bytes() == (mid / "model" / "model.safetensors").read_bytes()
