@@ -258,14 +258,15 @@ def test_final_tables_show_mean_and_combined_standard_error(tmp_path):
 # --- sampling is reproducible --------------------------------------------------------------------------------
 
 SAMPLE = ["torch_threads=1", "eval.limits.aime26.k=4", "eval.limits.aime26.temperature=0.7",
-          "eval.limits.aime26.max_new_tokens=8"]
+          "eval.limits.aime26.max_new_tokens=8", "eval.limits.ifeval.k=2", "eval.limits.ifeval.temperature=0.9",
+          "eval.limits.ifeval.max_new_tokens=8", "eval.limits.ifeval.max_tasks=4"]
 SAMPLE_SCRIPT = f"""
 import sys
 from acl_lib.config import load_config
 from acl_lib.eval.harness import evaluate
 
 cfg = load_config("smoke", [f"output_dir={{sys.argv[3]}}", *{SAMPLE!r}])
-evaluate(cfg, sys.argv[1], sys.argv[2], benchmarks=["aime26"])
+evaluate(cfg, sys.argv[1], sys.argv[2], benchmarks=["ifeval", "aime26"])
 """
 
 
@@ -273,7 +274,8 @@ evaluate(cfg, sys.argv[1], sys.argv[2], benchmarks=["aime26"])
 @pytest.mark.timeout(300)
 def test_sampling_is_the_same_in_a_fresh_process(base_dir, tmp_path):
     """avg@4 at temperature 0.7 with the HF policy: this process (after whatever ran in it before) and a fresh
-    one (another hash seed) write the same records, and the samples of a task differ (it really sampled)."""
+    one (another hash seed, where aime26 comes after another sampled benchmark) write the same records, and the
+    samples of a task differ (it really sampled)."""
     import os
 
     here = tmp_path / "here"
@@ -291,4 +293,4 @@ def test_sampling_is_the_same_in_a_fresh_process(base_dir, tmp_path):
         answers.setdefault(r["id"], set()).add(json.dumps(r["messages"][-1]))
     assert len(rec) == 4 * len(answers) and any(len(a) > 1 for a in answers.values())
     m = json.loads((fresh / "metrics.json").read_text())
-    assert m["k"] == 4 and m["temperature"] == {"aime26": 0.7}
+    assert m["k_by_benchmark"] == {"ifeval": 2, "aime26": 4} and m["temperature"] == {"ifeval": 0.9, "aime26": 0.7}

@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC
@@ -434,6 +435,11 @@ def dataset_scores(tasks: list[Task], passed: list[bool]) -> dict[str, float]:
     return {name: 100.0 * sum(v) / len(v) for name, v in sorted(groups.items())}
 
 
+def benchmark_seed(seed: int, benchmark: str) -> int:
+    """The sampling seed of one benchmark in an evaluation with training seed ``seed`` (stable across processes)."""
+    return zlib.crc32(f"{seed}:{benchmark}".encode())
+
+
 def sampling_plan(cfg, benches: Sequence[Benchmark], k: int | None = None) -> dict[str, tuple[int, float]]:
     """``{benchmark: (k, temperature)}``: each benchmark's samples per task and sampling temperature
     (``cfg.eval.sampling_for``). An explicit ``k`` (``acl eval --k``) replaces every benchmark's k. A benchmark
@@ -559,6 +565,12 @@ def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]
                 policy.max_new_tokens = max_new_tokens
             if hasattr(policy, "temperature"):  # a model's sampling; the scripted policies have none
                 policy.temperature = temperature
+            if temperature > 0 and isinstance(policy, HFPolicy):
+                # each sampled benchmark draws from its own seed: its samples are the same whether it is scored
+                # alone or after others
+                import torch
+
+                torch.manual_seed(benchmark_seed(cfg.seed, b.key))
             summary, records = evaluate_benchmark(
                 policy, b, envs[b.env], sizes[b.key], k, max_turns, task_seed=cfg.worlds.seed,
                 batch_size=max(cfg.eval.batch_size, 1) * 4, progress=bar.update, tasks=tasks[b.key],
