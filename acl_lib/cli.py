@@ -146,7 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile(p, default="mini")
     p.add_argument("--suites", choices=["in_domain", "ood", "all"], default=None,
                    help="benchmarks to run (default: the config's eval.suites)")
-    p.add_argument("--k", type=int, default=None, help="samples per task, avg@k (default: the config's eval.k)")
+    p.add_argument("--k", type=int, default=None,
+                   help="samples per task, avg@k, for every benchmark (default: the config's eval.k, or a benchmark's "
+                        "own eval.limits.<benchmark>.k)")
     p.add_argument(
         "--out", metavar="DIR", default=None,
         help="where metrics.json, records/ and eval_config.yaml go, written together (a temporary directory renamed "

@@ -212,6 +212,22 @@ CONSOLIDATION_ROWS = ("mmopd", "mmopd_rkl", "mmopd_single", "sdft", "sdft_base",
                       "merge_balanced", "merge_ties", "merge_dare", "merge_oracles", "mle", "mle_learned")
 
 
+
+def sampling_text(cfg) -> str:
+    """How the scores were sampled: the default k and temperature, then each benchmark that differs (its own
+    ``eval.limits`` k, temperature or task count), e.g. "k=1, temperature 0.0; aime26: 128 tasks, avg@8 at 0.6"."""
+    from acl_lib.envs import BENCHMARKS
+    from acl_lib.eval.harness import benchmark_size
+
+    text = f"k={cfg.eval.k}, temperature {cfg.eval.temperature}"
+    own = []
+    for key, lim in cfg.eval.limits.items():
+        if not {"k", "temperature", "max_tasks"} & set(lim):
+            continue
+        k, t = cfg.eval.sampling_for(key)
+        own.append(f"{key}: {benchmark_size(cfg, BENCHMARKS[key])} tasks, avg@{k} at {t:g}")
+    return text + ("; " + "; ".join(own) if own else "")
+
 def one_seed_markdown(cfg) -> str:
     """The README's results for the run store of ``cfg`` (profile, seed): every checkpoint's
     scores (this stage's own benchmark in bold), the study's in-domain figures beside the final and the
@@ -235,8 +251,8 @@ def one_seed_markdown(cfg) -> str:
         rows.append(row)
     out = [f"Profile `{cfg.profile}`, seed {cfg.seed}, world seed {cfg.worlds.seed}; runs finished "
            f"{min(done)[:10]} to {max(done)[:10]}; code {', '.join(sorted(codes))}. Scores in percent "
-           f"({cfg.worlds.n_test} in-domain and {cfg.worlds.n_ood} out-of-domain tasks per benchmark, k={cfg.eval.k}, "
-           f"temperature {cfg.eval.temperature}); in bold, the benchmark the run trained for.", "",
+           f"({cfg.worlds.n_test} in-domain and {cfg.worlds.n_ood} out-of-domain tasks per benchmark, "
+           f"{sampling_text(cfg)}); in bold, the benchmark the run trained for.", "",
            md_table(["run"] + BENCH_ORDER, rows), ""]
     paper = paper_results()["main_table"]
     seq = [n for n in names if n.startswith("seq")]

@@ -294,3 +294,12 @@ def test_sampling_is_the_same_in_a_fresh_process(base_dir, tmp_path):
     assert len(rec) == 4 * len(answers) and any(len(a) > 1 for a in answers.values())
     m = json.loads((fresh / "metrics.json").read_text())
     assert m["k_by_benchmark"] == {"ifeval": 2, "aime26": 4} and m["temperature"] == {"ifeval": 0.9, "aime26": 0.7}
+
+
+def test_the_report_says_how_each_benchmark_was_sampled():
+    from acl_lib.report import sampling_text
+
+    assert sampling_text(load_config("smoke", [])) == "k=1, temperature 0.0"
+    cfg = load_config("smoke", ["eval.limits.aime26.k=8", "eval.limits.aime26.temperature=0.6",
+                                "eval.limits.aime26.max_tasks=12", "eval.limits.retail.max_turns=4"])
+    assert sampling_text(cfg) == "k=1, temperature 0.0; aime26: 12 tasks, avg@8 at 0.6"
