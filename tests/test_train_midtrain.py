@@ -105,3 +105,16 @@ def test_pretrain_with_a_midtraining_phase_trains_on_assistant_tokens_and_resume
     again = finish_midtrain(cfg, base / "checkpoints" / "corpus" / "model", base)
     assert again["steps"] == 3 and len(read_log(mid / "train_log.jsonl")) == n_log
     assert (base / "model" / "model.safetensors").read_bytes() == (mid / "model" / "model.safetensors").read_bytes()
+
+
+def test_midtraining_batches_rows_of_similar_length(tmp_path):
+    """The mixture holds 100-token math rows and 2,000-token retail rows: mid-training groups them by length
+    instead of padding every batch to its longest row."""
+    from acl_lib.train.sft import sft_args
+
+    cfg = midtrain.midtrain_config(load_config("smoke", ["pretrain.midtrain_steps=2", "pretrain.midtrain_lr=0.002"]))
+    assert cfg.sft.max_steps == 2 and cfg.sft.learning_rate == 0.002
+    assert sft_args(cfg, tmp_path, by_length=True).train_sampling_strategy == "group_by_length"
+    assert sft_args(cfg, tmp_path).train_sampling_strategy == "random"
+    with pytest.raises(ValueError, match="not both"):
+        sft_args(cfg, tmp_path, sequential=True, by_length=True)

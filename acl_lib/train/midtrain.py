@@ -119,7 +119,7 @@ def train_midtrain(cfg, model_dir: str | Path, out_dir: str | Path) -> dict:
     if common.is_main_process():
         sft.write_rows(rows, out_dir / "demos.jsonl")
         write_json(out_dir / "demos.json", stats)
-    summary = sft.train_sft(midtrain_config(cfg), model_dir, rows, out_dir)
+    summary = sft.train_sft(midtrain_config(cfg), model_dir, rows, out_dir, by_length=True)
     summary["demos"] = stats
     return common.write_summary_main(summary, out_dir)
 

@@ -175,25 +175,31 @@ def _prefix_shared_trainer():
     return PrefixSharedSFTTrainer
 
 
-def sft_args(cfg, out_dir, sequential: bool = False):
+def sft_args(cfg, out_dir, sequential: bool = False, by_length: bool = False):
     """``SFTConfig`` from ``cfg.sft``. ``sequential``: present the rows in dataset order (transformers'
     ``train_sampling_strategy="sequential"``; TRL's ``shuffle_dataset`` is off already) instead of the trainer's
-    random sampler: SDFT's presentation orders (``acl_lib.consolidate.sdft``)."""
+    random sampler: SDFT's presentation orders (``acl_lib.consolidate.sdft``). ``by_length``: batches of rows of
+    similar length (``"group_by_length"``), so a mixture of 100-token and 2,000-token rows is not padded to the
+    longest in every batch (mid-training, ``acl_lib.train.midtrain``)."""
     from trl import SFTConfig
 
     s = cfg.sft
     kw = common.trainer_kwargs(cfg, out_dir, max_steps=s.max_steps, batch_size=s.batch_size,
                                learning_rate=s.learning_rate, scheduler="cosine")
+    if sequential and by_length:
+        raise ValueError("an SFT run is presented either in order or grouped by length, not both")
     if sequential:
         kw["train_sampling_strategy"] = "sequential"
+    elif by_length:
+        kw["train_sampling_strategy"] = "group_by_length"
     return SFTConfig(**kw, assistant_only_loss=True, max_length=s.max_length, packing=False,
                      dataset_num_proc=None)
 
 
 def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_dir: str | Path,
-              sequential: bool = False) -> dict:
+              sequential: bool = False, by_length: bool = False) -> dict:
     """SFT the model in ``model_dir`` on chat rows (a list, or a jsonl path) into ``<out_dir>/model``;
-    ``sequential``: in the rows' order rather than shuffled (``sft_args``).
+    ``sequential``: in the rows' order rather than shuffled; ``by_length``: in batches of similar length (``sft_args``).
 
     Writes ``train_log.jsonl``, ``train_summary.json``, ``checkpoints/`` (resumed from) and ``model/`` into
     ``out_dir``; returns the summary.
@@ -208,8 +214,8 @@ def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_
     model, tok = common.load_model_and_tokenizer(model_dir, cfg)
     log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "sft"})
     cls = _prefix_shared_trainer() if cfg.sft.share_prefix else SFTTrainer
-    trainer = cls(model=model, args=sft_args(cfg, out_dir, sequential), train_dataset=Dataset.from_list(rows),
-                  processing_class=tok, callbacks=[log])
+    trainer = cls(model=model, args=sft_args(cfg, out_dir, sequential, by_length),
+                  train_dataset=Dataset.from_list(rows), processing_class=tok, callbacks=[log])
     common.show_progress(trainer, "sft")
     if len(trainer.train_dataset) == 0:  # TRL drops rows whose assistant turns were all cut off
         raise ValueError(f"all {len(rows)} SFT conversations lost every assistant token to truncation at "
