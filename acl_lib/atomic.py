@@ -73,3 +73,21 @@ def file_sha256(path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def jsonable(obj):
+    """``obj`` with NaN and infinities as None (JSON has neither), numpy scalars and arrays as Python values, and
+    dict keys as strings: what ``write_json`` of measured numbers needs."""
+    import math
+
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "tolist") and hasattr(obj, "dtype"):  # a numpy array or scalar (numpy is not imported here)
+        obj = obj.tolist()
+        if isinstance(obj, list):
+            return jsonable(obj)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

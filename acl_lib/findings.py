@@ -22,8 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from acl_lib.atomic import write_json
-from acl_lib.diagnostics import _jsonable as jsonable
+from acl_lib.atomic import jsonable, write_json
 from acl_lib.envs import IN_DOMAIN
 from acl_lib.final import CONSOLIDATIONS, MERGES, STUDY_DERIVED, FinalData, has_value
 from acl_lib.noise import BEYOND, FORMULA, Estimate, mean_of

@@ -11,35 +11,17 @@ The weight and token diagnostics notebooks call these; their numbers go to
 """
 
 import json
-import math
 from pathlib import Path
 
-from acl_lib.atomic import write_json
+from acl_lib.atomic import jsonable, write_json
 
 DIAG_DIR = "diagnostics"  # <seed_dir>/diagnostics/: weights.json, tokens.json, cl_metrics.json, reference/
-
-
-def _jsonable(obj):
-    """NaN and infinities as None (JSON has neither), numpy scalars and arrays as Python values."""
-    import numpy as np
-
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def write_diagnostics(cfg, name: str, obj) -> Path:
     """Write ``obj`` to ``<seed_dir>/diagnostics/<name>.json`` atomically (the final tables read these files);
     returns the path. NaN and infinities become null."""
-    return write_json(cfg.seed_dir() / DIAG_DIR / f"{name}.json", _jsonable(obj))
+    return write_json(cfg.seed_dir() / DIAG_DIR / f"{name}.json", jsonable(obj))
 
 
 def read_diagnostics(cfg, name: str):
