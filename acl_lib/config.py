@@ -344,13 +344,44 @@ class SFTConfig(_Section):
     # Encode a batch's common prefix (system prompt, tool schemas) once and let every row attend to its cache:
     # the same loss and gradients, less compute where conversations share a long opening (the retail desk).
     share_prefix: bool = False
+    # Who the cold start's demos are sampled from (acl_lib.train.stage): "expert" (the world's scripted expert: the
+    # smoke and mini profiles), "base" (the base checkpoint), "incoming" (the checkpoint the stage starts from), a
+    # model directory or hub id, or with teacher_url the name of the model an OpenAI-compatible endpoint serves.
+    teacher: str = "expert"
+    teacher_url: str = ""  # OpenAI-compatible base URL up to /v1 (acl_lib.envs.llm_user.OpenAIChat)
+    teacher_api_key_env: str = ""  # NAME of the environment variable holding the endpoint's key ("" = no key)
+    samples_per_task: int = Field(1, ge=1)  # teacher episodes per task; a model teacher's repeats are de-duplicated
+    teacher_temperature: float = Field(1.0, ge=0)  # a model teacher's sampling (0 = greedy)
+    teacher_top_p: float = Field(1.0, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _check_teacher(self) -> SFTConfig:
+        t, url = self.teacher.strip(), self.teacher_url
+        if not t or t != self.teacher:
+            raise ValueError(f"sft.teacher must be expert, base, incoming, a model directory / hub id or a served "
+                             f"model's name, without surrounding spaces; got {self.teacher!r}")
+        if url and not url.startswith(("http://", "https://")):
+            raise ValueError(f"sft.teacher_url must be an http(s):// base URL ending in /v1, got {url!r}")
+        if url and t in ("expert", "base", "incoming"):
+            raise ValueError(f"with sft.teacher_url, sft.teacher is the name of the model it serves, not {t!r}")
+        if self.teacher_api_key_env and not url:
+            raise ValueError("sft.teacher_api_key_env is the key of an endpoint: set sft.teacher_url too")
+        if self.samples_per_task > 1 and (t == "expert" or self.teacher_temperature == 0):
+            why = "the scripted expert" if t == "expert" else "a greedy teacher (teacher_temperature 0)"
+            raise ValueError(f"sft.samples_per_task={self.samples_per_task}: {why} gives the same episode every "
+                             "time, every sample after the first would be a duplicate; use 1")
+        return self
 
     @model_serializer(mode="wrap")
-    def _dump_without_default_share_prefix(self, handler):
-        # Left out of the dump at its default, so the sft hash of runs made before the key existed is unchanged.
+    def _dump_without_defaults_of_later_keys(self, handler):
+        # Keys added after runs existed are left out of the dump at their defaults, so the sft hash of those runs
+        # (every run that cold-starts from the scripted expert) is unchanged.
         out = handler(self)
-        if isinstance(out, dict) and not self.share_prefix:
-            out.pop("share_prefix", None)
+        if isinstance(out, dict):
+            for key in ("share_prefix", "teacher", "teacher_url", "teacher_api_key_env", "samples_per_task",
+                        "teacher_temperature", "teacher_top_p"):
+                if getattr(self, key) == SFTConfig.model_fields[key].default:
+                    out.pop(key, None)
         return out
 
 

@@ -458,23 +458,28 @@ def stage_reading(cfg, run) -> str:
 
 def recipe_frame(cfg, domain: str):
     """The resolved training recipe of a stage (after ``pipeline.stage_overrides``): the ``sft`` and ``grpo``
-    settings a user would change, and whether the stage cold-starts; values as configured (text, so the one-decimal
-    display of scores does not print a learning rate of 0.001 as 0.0)."""
+    settings a user would change, whether the stage cold-starts and who its demos are sampled from
+    (``sft.teacher``, and for a model teacher how); values as configured (text, so the one-decimal display of
+    scores does not print a learning rate of 0.001 as 0.0)."""
     import pandas as pd
 
-    resolved = cfg.for_stage(domain).to_dict()
-    keys = {"sft": ["num_demos", "max_steps", "batch_size", "learning_rate", "max_length"],
+    stage = cfg.for_stage(domain)
+    teacher = ["teacher"]  # a model teacher: also how it samples, and the endpoint if it has one
+    if stage.sft.teacher != "expert":
+        teacher += ["teacher_url"] if stage.sft.teacher_url else []
+        teacher += ["samples_per_task", "teacher_temperature", "teacher_top_p"]
+    keys = {"sft": teacher + ["num_demos", "max_steps", "batch_size", "learning_rate", "max_length"],
             "grpo": ["max_steps", "batch_size", "num_generations", "learning_rate", "max_turns",
                      "max_completion_length"]}
-    rows = [{"setting": f"{section}.{k}", "value": setting_text(resolved[section].get(k))}
-            for section, ks in keys.items() for k in ks if k in resolved[section]]
+    rows = [{"setting": f"{section}.{k}", "value": setting_text(getattr(getattr(stage, section), k))}
+            for section, ks in keys.items() for k in ks]
     rows.insert(0, {"setting": "pipeline.cold_start", "value": setting_text(bool(cfg.pipeline.cold_start.get(domain)))})
     return pd.DataFrame(rows).set_index("setting")
 
 
 def phases_frame(run_dir: str | Path):
     """One row per training phase of a stage run (from ``stage.json``): steps, wall seconds, first and last
-    loss and reward, and for a cold start the demonstrations kept."""
+    loss and reward, and for a cold start the demonstrations kept and where they came from (``sft.teacher``)."""
     import pandas as pd
 
     info = json.loads((Path(run_dir) / "stage.json").read_text())
@@ -487,7 +492,10 @@ def phases_frame(run_dir: str | Path):
                "first_loss": s.get("first_loss"), "last_loss": s.get("last_loss"),
                "first_reward": s.get("first_reward"), "last_reward": s.get("last_reward")}
         if phase == "sft" and info.get("demos"):
-            row["demos kept"] = f"{info['demos']['kept']} of {info['demos']['tried']}"
+            d = info["demos"]
+            row["demos kept"] = f"{d['kept']} of {d['tried']}" + (f" ({d['duplicates']} duplicates)"
+                                                                    if d.get("duplicates") else "")
+            row["demos from"] = d.get("source", "the scripted expert")  # stage.json of before sft.teacher: expert
         rows.append(row)
     return pd.DataFrame(rows).set_index("phase") if rows else pd.DataFrame()
 

@@ -74,3 +74,39 @@ def test_seed_dir_and_hash():
     other = load_config("mini", ["eval.k=3"], seed=2)
     assert other.hash() != cfg.hash() and other.hash("model") == cfg.hash("model")
     assert set(DOMAINS) == set(cfg.pipeline.curriculum)
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["sft.samples_per_task=0"], "sft.samples_per_task"),
+        (["sft.samples_per_task=true"], "sft.samples_per_task"),
+        (["sft.teacher_temperature=-1"], "sft.teacher_temperature"),
+        (["sft.teacher_top_p=0"], "sft.teacher_top_p"),
+        (["sft.teacher_top_p=1.5"], "sft.teacher_top_p"),
+        (["sft.teacher=''"], "sft.teacher must be expert, base, incoming"),
+        (["sft.teacher=' base'"], "without surrounding spaces"),
+        (["sft.teacher=7"], "sft.teacher"),
+        (["sft.teachr=base"], "unknown config key 'sft.teachr'"),
+        (["sft.teacher=my-model", "sft.teacher_url=localhost:8000/v1"], "an http(s):// base URL"),
+        (["sft.teacher=base", "sft.teacher_url=http://127.0.0.1:8000/v1"], "the model it serves, not 'base'"),
+        (["sft.teacher=base", "sft.teacher_api_key_env=KEY"], "set sft.teacher_url too"),
+        (["sft.samples_per_task=4"], "the scripted expert gives the same episode every time"),
+        (["sft.teacher=base", "sft.samples_per_task=4", "sft.teacher_temperature=0"], "a greedy teacher"),
+        (["pipeline.stage_overrides.search=[sft.samples_per_task=0]"], "sft.samples_per_task"),
+    ],
+)
+def test_bad_cold_start_teachers_fail_early_and_say_why(overrides, needle):
+    with pytest.raises(ConfigError) as exc:
+        load_config("smoke", overrides)
+    assert needle in str(exc.value)
+
+
+def test_cold_start_teachers_that_validate():
+    assert load_config("smoke").sft.teacher == "expert"
+    cfg = load_config("smoke", ["sft.teacher=base", "sft.samples_per_task=4", "sft.teacher_top_p=0.95"])
+    assert (cfg.sft.teacher, cfg.sft.samples_per_task, cfg.sft.teacher_top_p) == ("base", 4, 0.95)
+    cfg = load_config("paper", ["sft.teacher=Qwen/Qwen3-32B", "sft.teacher_url=http://node2:8002/v1",
+                                "sft.teacher_api_key_env=TEACHER_KEY"])
+    assert cfg.sft.teacher_url == "http://node2:8002/v1" and cfg.hash("sft") != load_config("paper").hash("sft")
+    assert load_config("smoke", ["sft.teacher=incoming", "sft.teacher_temperature=0"]).sft.samples_per_task == 1

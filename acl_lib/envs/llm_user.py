@@ -252,8 +252,12 @@ class OpenAIChat:
     RETRY_STATUS = {429, 502, 503, 504}
 
     def __init__(self, url: str, model: str, api_key_env: str = "", temperature: float = 0.0,
-                 max_new_tokens: int = 256, timeout_s: float = 120.0, retries: int = 2, concurrency: int = 1):
+                 max_new_tokens: int = 256, timeout_s: float = 120.0, retries: int = 2, concurrency: int = 1,
+                 top_p: float | None = None, key_setting: str = "worlds.user_sim.api_key_env"):
+        # top_p: sent when given (a sampling teacher: sft.teacher_top_p); key_setting: the config key an error
+        # about a missing API key names
         self.url = url.rstrip("/") + "/chat/completions"
+        self.top_p = top_p
         self.concurrency = concurrency  # requests it may have in flight (each call is independent: thread-safe)
         self.model = model
         self.name = f"openai:{model}@{url}"
@@ -265,7 +269,7 @@ class OpenAIChat:
         if api_key_env:
             self.api_key = os.environ.get(api_key_env)
             if not self.api_key:
-                raise ConfigError(f"worlds.user_sim.api_key_env={api_key_env!r}: the environment variable "
+                raise ConfigError(f"{key_setting}={api_key_env!r}: the environment variable "
                                   f"{api_key_env} is not set (it must hold the API key of {url})")
 
     def _post(self, body: bytes) -> dict:
@@ -279,6 +283,8 @@ class OpenAIChat:
     def __call__(self, messages: list[dict], tools: list[dict] | None = None) -> str | dict:
         request = {"model": self.model, "messages": openai_messages(messages), "temperature": self.temperature,
                    "max_tokens": self.max_new_tokens, "stream": False}
+        if self.top_p is not None:
+            request["top_p"] = self.top_p
         if tools:
             request["tools"] = tools
         body = json.dumps(request).encode()

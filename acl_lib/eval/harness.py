@@ -71,6 +71,16 @@ class ExpertPolicy:
         return [scripted_expert(task.domain)(task, messages) for task, messages in batch]
 
 
+class FailedTurn(str):
+    """What a policy returns for a turn it could not produce (an endpoint's failed request): an empty text that
+    ends its episode with ``reason`` as the failure (``run_episodes``)."""
+
+    def __new__(cls, reason: str):
+        turn = super().__new__(cls, "")
+        turn.reason = reason
+        return turn
+
+
 class NullPolicy:
     """A policy that does nothing (empty turns): the floor every benchmark should score about 0 on."""
 
@@ -316,13 +326,17 @@ def user_simulator_policy(cfg: UserSimConfig, model: str) -> Policy:
 llm_user.use_local_policy(user_simulator_policy)
 
 
-def make_policy(model: str, cfg) -> Policy:
-    """``expert`` / ``null`` or a checkpoint directory / hub id, with the profile's sampling settings."""
+def make_policy(model: str, cfg, max_new_tokens: int | None = None, temperature: float | None = None,
+                top_p: float | None = None) -> Policy:
+    """``expert`` / ``null`` or a checkpoint directory / hub id, with the profile's sampling settings (``eval``:
+    backend, tokens per turn, temperature, top-p), or the given ones in their place."""
     if model == "expert":
         return ExpertPolicy()
     if model == "null":
         return NullPolicy()
-    args = (model, cfg.eval.max_new_tokens, cfg.eval.temperature, cfg.eval.top_p, cfg.eval.batch_size)
+    e = cfg.eval
+    args = (model, e.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            e.temperature if temperature is None else temperature, e.top_p if top_p is None else top_p, e.batch_size)
     if cfg.eval.backend == "vllm":
         return VLLMPolicy(*args, dtype=cfg.model.dtype, max_model_len=cfg.model.max_position_embeddings,
                           seed=cfg.seed)
@@ -360,6 +374,8 @@ def _step_all(chunk: list[Episode], texts: list[str | None]) -> None:
     def step(ep: Episode, text: str | None) -> None:
         if text is None:
             ep.end("context limit: prompt longer than the model's context")
+        elif isinstance(text, FailedTurn):
+            ep.end(text.reason)
         else:
             ep.step(text)
 

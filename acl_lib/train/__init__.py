@@ -4,7 +4,7 @@
     sft.py              collect_demos(env, policy, tasks) / train_sft(cfg, model_dir, rows, run)   TRL SFTTrainer
     grpo.py             train_grpo(cfg, model_dir, domain, run)            TRL GRPOTrainer
     trl_env.py          our Environment/Episode <-> TRL (reward function, rollout_func, environment_factory)
-    stage.py            run_stage(cfg, domain, init_model_dir, run)        the per-stage recipe
+    stage.py            run_stage(cfg, domain, init_model_dir, run)        the per-stage recipe (demos: sft.teacher)
     launcher.py         launch(cfg, job, run, **job_args)                  in-process / deepspeed / multi-node
     entry.py            python -m acl_lib.train.entry                      worker entry point of launched jobs
     common.py           trainer arguments, jsonl logging, checkpoints, final save

@@ -3,10 +3,12 @@
     rows, stats = collect_demos(env, policy, tasks, max_turns=8)   # policy(task, messages) -> raw turn text
     summary = train_sft(cfg, model_dir, rows, out_dir)
 
-``collect_demos`` drives one episode per task with a teacher policy (the world's ``scripted_expert`` at mini
-scale; any callable ``(task, messages) -> text``, or a model through the evaluator's cached ``HFPolicy``) and
-keeps a trajectory only if it scored reward 1.0 with no protocol error (malformed / unknown / badly-argued tool
-calls). Kept episodes become chat rows for
+``collect_demos`` drives ``samples_per_task`` episodes per task with a teacher policy (the world's
+``scripted_expert`` at mini scale; any callable ``(task, messages) -> text``, or a model through the evaluator's
+batched policies) and keeps a trajectory only if it scored reward 1.0 with no protocol error (malformed / unknown
+/ badly-argued tool calls) and, with ``dedup``, is not a duplicate: a sample of a task whose ``assistant_text``
+(every assistant turn's text and tool calls, lowercased, whitespace collapsed) equals that of a sample of the same
+task kept before it. Kept episodes become chat rows for
 ``SFTTrainer``: ``messages`` as the episode keeps them (assistant ``tool_calls`` with JSON-string
 ``arguments``, ``tool`` results, simulated-user turns) and ``tools`` as a JSON string. Both are strings on
 purpose: Arrow merges dict columns across rows into one struct, so a dict-valued row would render with the
@@ -54,41 +56,73 @@ def episode_row(messages: list[dict], tools: list[dict]) -> dict:
     return {"messages": out, "tools": json.dumps(tools)}
 
 
+def assistant_text(messages: list[dict]) -> str:
+    """Every assistant turn's text and tool calls, lowercased with whitespace collapsed: what two trajectories are
+    compared on for duplicates (the cold start: equality within a task; SDFT: n-gram similarity within a domain)."""
+    parts = []
+    for m in messages:
+        if m.get("role") != "assistant":
+            continue
+        parts.append(m.get("content") or "")
+        for c in m.get("tool_calls") or []:
+            f = c["function"]
+            args = f["arguments"] if isinstance(f["arguments"], str) else json.dumps(f["arguments"], sort_keys=True)
+            parts.append(f"{f['name']} {args}")
+    return " ".join(" ".join(parts).lower().split())
+
+
 def collect_demos(env: Environment, policy: TeacherPolicy, tasks: list[Task], max_turns: int = 16,
-                  num_demos: int | None = None, batched: bool = False, batch_size: int = 64) -> tuple[list[dict], dict]:
-    """Rejection sampling: one teacher episode per task, kept if reward == 1.0 and no protocol error.
+                  num_demos: int | None = None, batched: bool = False, batch_size: int = 64,
+                  samples_per_task: int = 1, dedup: bool = False,
+                  progress: Callable[[int], None] | None = None) -> tuple[list[dict], dict]:
+    """Rejection sampling: ``samples_per_task`` teacher episodes per task, an episode kept if reward == 1.0 with
+    no protocol error and (``dedup``) it is not a duplicate of a sample of the same task kept before it
+    (``assistant_text`` equal).
 
     ``policy`` is a teacher ``(task, messages) -> text`` (a scripted expert), or with ``batched=True`` a batch
     policy of the evaluator (``acl_lib.eval.harness``: ``HFPolicy`` for a model teacher, which keeps each
-    episode's KV cache across its turns). Episodes run ``batch_size`` tasks at a time through the evaluator's
-    ``run_episodes``, all active episodes one turn per round; collection stops after the block in which
-    ``num_demos`` rows were kept (all tasks when None). Returns ``(rows, stats)``; ``stats`` counts episodes
-    tried / kept and the failure reasons of the rejected ones.
+    episode's KV cache across its turns). Episodes run ``batch_size`` tasks (all their samples) at a time through
+    the evaluator's ``run_episodes``, all active episodes one turn per round; collection stops after the block in
+    which ``num_demos`` rows were kept (all tasks when None). ``progress(n)`` is told of each finished episode.
+
+    Returns ``(rows, stats)``. ``stats``: ``tasks`` tried, ``samples_per_task``, ``tried`` (episodes: tasks x
+    samples), ``kept`` (rows returned), ``kept_fraction`` (kept / tried), ``duplicates``, ``surplus`` (passed, not
+    duplicates, beyond ``num_demos`` in the last block: not used), ``rejected`` (failure reason -> episodes) and
+    ``rejected_total``; kept + surplus + duplicates + rejected_total == tried.
     """
     batch_policy = policy if batched else (lambda batch: [policy(task, messages) for task, messages in batch])
     rows, reasons = [], Counter()
-    tried = 0
+    n_tasks = duplicates = surplus = 0
     for start in range(0, len(tasks), batch_size):
         if num_demos is not None and len(rows) >= num_demos:
             break
         block = tasks[start : start + batch_size]
         if num_demos is not None and not batched:  # a scripted teacher costs nothing: try no more than needed
             block = block[: num_demos - len(rows)]
-        episodes = [env.start(task, max_turns=max_turns) for task in block]
-        run_episodes(batch_policy, episodes, batch_size=batch_size)
-        tried += len(block)
-        for task, ep in zip(block, episodes):
-            r = ep.reward()
-            if r < 1.0:
-                reasons[ep.failure or "reward below 1"] += 1
-            elif ep.protocol_errors:
-                reasons["protocol error: " + ep.protocol_errors[0]] += 1
-            else:
-                rows.append(episode_row(ep.messages, task.tools))
-    if num_demos is not None:
-        rows = rows[:num_demos]
-    stats = {"tried": tried, "kept": len(rows), "acceptance": len(rows) / tried if tried else 0.0,
-             "rejected": dict(reasons.most_common())}
+        episodes = [[env.start(task, max_turns=max_turns) for _ in range(samples_per_task)] for task in block]
+        run_episodes(batch_policy, [ep for eps in episodes for ep in eps], batch_size=batch_size * samples_per_task,
+                     progress=progress)
+        n_tasks += len(block)
+        for task, eps in zip(block, episodes):
+            seen: set[str] = set()  # assistant texts kept for this task
+            for ep in eps:
+                r = ep.reward()
+                if r < 1.0:
+                    reasons[ep.failure or "reward below 1"] += 1
+                elif ep.protocol_errors:
+                    reasons["protocol error: " + ep.protocol_errors[0]] += 1
+                elif dedup and (key := assistant_text(ep.messages)) in seen:
+                    duplicates += 1
+                elif num_demos is not None and len(rows) >= num_demos:
+                    surplus += 1
+                else:
+                    if dedup:
+                        seen.add(key)
+                    rows.append(episode_row(ep.messages, task.tools))
+    tried = n_tasks * samples_per_task
+    stats = {"tasks": n_tasks, "samples_per_task": samples_per_task, "tried": tried, "kept": len(rows),
+             "kept_fraction": len(rows) / tried if tried else 0.0, "duplicates": duplicates, "surplus": surplus,
+             "rejected": dict(reasons.most_common()), "rejected_total": sum(reasons.values())}
     return rows, stats
 
 

@@ -2,8 +2,16 @@
 
     summary = run_stage(cfg, "search", init_model_dir, out_dir)    # the model: <out_dir>/model
 
-* ``cfg.pipeline.cold_start[domain]``: a rejection-sampled SFT cold start on scripted-expert trajectories
-  (the study's recipe for search and e-commerce; the mini profile cold-starts every domain);
+* ``cfg.pipeline.cold_start[domain]``: a rejection-sampled SFT cold start (the study's recipe for search and
+  e-commerce; the mini profile cold-starts every domain) on trajectories of the teacher ``cfg.sft.teacher``
+  (``cold_start_demos``): the world's scripted expert (smoke, mini), or a model sampled ``sft.samples_per_task``
+  times per task at ``sft.teacher_temperature`` / ``teacher_top_p`` with the stage's turn limits
+  (``grpo.max_turns``, ``grpo.max_new_tokens``): the base checkpoint (``base``; the paper profile), the stage's
+  incoming checkpoint (``incoming``), a model directory or hub id, or a model an OpenAI-compatible endpoint serves
+  (``sft.teacher_url``). An episode is kept when it scores 1 with no protocol error and is not a duplicate of a
+  sample of the same task kept before it (``sft.assistant_text`` equal: the assistant turns' text and tool calls,
+  lowercased, whitespace collapsed). ``demos.json`` says who the teacher was and counts tried / kept / duplicates /
+  rejections by reason; when nothing is kept the stage fails (``ColdStartError``) before any training;
 * then GRPO from the incoming (or cold-started) checkpoint on the world's verifiable reward, multi-turn with
   tool use for the tool worlds.
 
@@ -28,7 +36,13 @@ import shutil
 from pathlib import Path
 
 from acl_lib.atomic import atomic_dir, write_json
+from acl_lib.config import ConfigError, project_root
 from acl_lib.envs import STAGE_ENV, scripted_expert
+from acl_lib.eval.endpoint import EndpointPolicy
+from acl_lib.eval.harness import make_policy, model_dir_problem
+from acl_lib.model import base_checkpoint
+from acl_lib.progress import Progress
+from acl_lib.seeding import seed_everything
 from acl_lib.train import common, sft
 from acl_lib.train.launcher import launch
 from acl_lib.train.trl_env import make_env
@@ -43,18 +57,90 @@ def demo_tasks(env, cfg):
     return env.tasks("train", 2 * cfg.sft.num_demos, seed=cfg.seed + 1)
 
 
+class ColdStartError(RuntimeError):
+    """Rejection sampling kept no demo: the cold start has nothing to train on."""
+
+
+def teacher_model(cfg, init_model_dir: str) -> str:
+    """The model a model teacher (``sft.teacher`` other than ``expert``) samples from: the base checkpoint
+    (``base``), the stage's incoming checkpoint (``incoming``), or ``sft.teacher`` itself (a directory, relative
+    ones taken from the checkout, or a hub id; with ``sft.teacher_url`` the served model's name)."""
+    t = cfg.sft.teacher
+    if t == "base":
+        return str(base_checkpoint(cfg))
+    if t == "incoming":
+        return str(init_model_dir)
+    local = project_root() / t
+    return str(local) if not cfg.sft.teacher_url and not Path(t).is_absolute() and local.is_dir() else t
+
+
+def teacher_policy(cfg, model: str):
+    """A batched policy sampling ``model`` with the teacher's settings and the stage's turn budget: an
+    ``EndpointPolicy`` with ``sft.teacher_url`` (one request per episode's turn, ``eval.batch_size`` in flight),
+    else the evaluator's model policy (``HFPolicy``, or ``VLLMPolicy`` where ``eval.backend`` is vllm)."""
+    s = cfg.sft
+    if s.teacher_url:
+        return EndpointPolicy(s.teacher_url, model, s.teacher_api_key_env, s.teacher_temperature, s.teacher_top_p,
+                              cfg.grpo.max_new_tokens, concurrency=cfg.eval.batch_size)
+    problem = model_dir_problem(model)
+    if problem:
+        raise ConfigError(f"sft.teacher={s.teacher!r}: {problem.removeprefix(f'--model {model}: ')} ({model})")
+    return make_policy(model, cfg, max_new_tokens=cfg.grpo.max_new_tokens, temperature=s.teacher_temperature,
+                       top_p=s.teacher_top_p)
+
+
+def cold_start_demos(cfg, domain: str, init_model_dir: str) -> tuple[list[dict], dict]:
+    """The cold start's rows and ``demos.json``'s statistics: ``sft.collect_demos`` over ``demo_tasks`` with the
+    teacher of ``cfg.sft.teacher`` (the module docstring), plus who the teacher was and how it sampled."""
+    s = cfg.sft
+    env = make_env(domain, cfg)
+    tasks = demo_tasks(env, cfg)
+    if s.teacher == "expert":
+        rows, stats = sft.collect_demos(env, scripted_expert(STAGE_ENV.get(domain, domain)), tasks,
+                                        max_turns=cfg.grpo.max_turns, num_demos=s.num_demos, dedup=True)
+        return rows, {"teacher": "expert", "source": "the scripted expert", "teacher_model": None, **stats}
+    model = teacher_model(cfg, init_model_dir)
+    seed_everything(cfg.seed + 1)  # the samples do not depend on what ran before in this process
+    policy = teacher_policy(cfg, model)
+    try:
+        with Progress(len(tasks) * s.samples_per_task, f"cold start {domain}: sampling", unit="episode") as bar:
+            rows, stats = sft.collect_demos(env, policy, tasks, max_turns=cfg.grpo.max_turns, num_demos=s.num_demos,
+                                            batched=True, batch_size=cfg.eval.batch_size,
+                                            samples_per_task=s.samples_per_task, dedup=True, progress=bar.update)
+    finally:
+        if hasattr(policy, "close"):
+            policy.close()  # the accelerator's memory goes back before the SFT job starts
+    if s.teacher_url:
+        source = f"{model} served at {s.teacher_url}"
+    else:
+        source = f"the {s.teacher} checkpoint {model}" if s.teacher in ("base", "incoming") else model
+    return rows, {"teacher": s.teacher, "source": source, "teacher_model": model, "teacher_url": s.teacher_url,
+                  "temperature": s.teacher_temperature, "top_p": s.teacher_top_p,
+                  "max_new_tokens": cfg.grpo.max_new_tokens, **stats}
+
+
 def cold_start(cfg, domain: str, init_model_dir: str, out_dir: str | Path) -> str:
-    """Rejection-sampled SFT from the scripted expert into ``<out_dir>/checkpoints/sft``; returns its model dir."""
+    """Rejection-sampled SFT from ``sft.teacher``'s demos into ``<out_dir>/checkpoints/sft``; returns its model dir.
+    Raises ``ColdStartError`` (after writing ``demos.json``) when no demo was kept."""
     sft_dir = Path(out_dir) / SFT_DIR
     model = sft_dir / "model"
     if model.exists():  # finished before a restart of this run (same config: the run store kept it)
         return str(model)
-    env = make_env(domain, cfg)
-    rows, stats = sft.collect_demos(env, scripted_expert(STAGE_ENV.get(domain, domain)), demo_tasks(env, cfg),
-                                    max_turns=cfg.grpo.max_turns, num_demos=cfg.sft.num_demos)
-    logger.info("cold start %s: kept %d of %d expert episodes", domain, stats["kept"], stats["tried"])
-    demos = sft.write_rows(rows, sft_dir / "demos.jsonl")
+    rows, stats = cold_start_demos(cfg, domain, str(init_model_dir))
+    stats["max_turns"] = cfg.grpo.max_turns
     write_json(sft_dir / "demos.json", stats)
+    logger.info("cold start %s: kept %d of %d episodes of %s (%d duplicates)", domain, stats["kept"],
+                stats["tried"], stats["source"], stats["duplicates"])
+    if not rows:
+        top = ", ".join(f"{r} ({n})" for r, n in list(stats["rejected"].items())[:3]) or "none"
+        raise ColdStartError(
+            f"cold start of stage {domain} ({Path(out_dir).name}): rejection sampling kept no demo of "
+            f"sft.teacher={cfg.sft.teacher} ({stats['source']}): 0 of {stats['tried']} episodes ({stats['tasks']} "
+            f"tasks x {stats['samples_per_task']} samples) kept, {stats['rejected_total']} rejected, "
+            f"{stats['duplicates']} duplicates; main reasons: {top}. Statistics: {sft_dir / 'demos.json'}. Sample "
+            "more (sft.samples_per_task, sft.teacher_temperature) or take a stronger sft.teacher (a model, an "
+            "endpoint, or expert); nothing was trained")
+    demos = sft.write_rows(rows, sft_dir / "demos.jsonl")
     launch(cfg, "sft", sft_dir, model_dir=str(init_model_dir), dataset=str(demos))
     return str(model)
 

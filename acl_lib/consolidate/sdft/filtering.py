@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from acl_lib.chat import THINK_CLOSE, THINK_OPEN, TOOL_CALL_OPEN, strip_think
 from acl_lib.envs.base import SingleTurnEpisode, ToolEpisode
 from acl_lib.envs.search import extract_answer
-from acl_lib.train.sft import episode_row
+from acl_lib.train.sft import assistant_text, episode_row  # assistant_text: what dedup compares
 
 _ANSWER_LINE = re.compile(r"^[*\s]*answer[*\s]*:", re.I)
 
@@ -81,18 +81,6 @@ def protocol_violation(ep, cut: bool = False) -> str | None:
                 return "a tool call after an answer"
         return None
     return None
-
-
-def assistant_text(messages: list[dict]) -> str:
-    """Every assistant turn's text and tool calls, lowercased with whitespace collapsed (what dedup compares)."""
-    parts = []
-    for m in _assistant_turns(messages):
-        parts.append(m.get("content") or "")
-        for c in m.get("tool_calls") or []:
-            f = c["function"]
-            args = f["arguments"] if isinstance(f["arguments"], str) else json.dumps(f["arguments"], sort_keys=True)
-            parts.append(f"{f['name']} {args}")
-    return " ".join(" ".join(parts).lower().split())
 
 
 def ngrams(text: str, n: int) -> frozenset:
