@@ -1,6 +1,7 @@
 # Two commands on a fresh machine with Python 3.11:
 #   make run    create .venv if missing, install the suite, execute every notebook (profile mini, seed 0)
-#   make test   create .venv if missing, install with test extras, run the test suite (everything; what CI runs)
+#   make test   create .venv if missing, install with test extras, run the test suite (everything, on 2 workers;
+#               what CI runs)
 #   make test-fast  the inner loop: the tests not marked `slow` (training, processes, notebooks) on 2 workers, ~3 min
 #   make curriculum  notebook 13, the curriculum-order study (opt-in: four more sequences of training; not in make run)
 #   make report      outputs/<profile>/report.html from the run store (notebook 12 writes it too, at the end of make run)
@@ -28,8 +29,10 @@ PYTEST_ARGS ?=
 run: $(STAMP)
 	$(VENV)/bin/acl run --profile $(PROFILE) --seeds $(SEEDS)
 
+# Two workers (pytest-xdist): the long tests (every notebook at smoke, the two-process reproducibility run, the
+# Ctrl-C and SIGKILL runs) then overlap with the rest.
 test: $(STAMP) lint
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
 
 # ruff (style and likely bugs) and the library's layers contract (pyproject.toml: each module imports only
 # from the layers below it, imports inside functions included)
