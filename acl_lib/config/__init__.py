@@ -13,64 +13,25 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from acl_lib import domains
-
-DOMAINS = domains.ORDER  # the training stages, in the study's order (acl_lib.domains)
-
-
-class ConfigError(ValueError):
-    """A bad configuration: raised before any compute."""
-
-
-def _strict(ann: Any, v: Any) -> Any:
-    """``v`` checked against the plain type ``ann`` with no lenient conversions: a bool is not a number and a
-    number is not a bool (pydantic's lax mode turns ``eval.k=true`` into 1); floats must be finite. Numeric
-    strings stay accepted for floats, because YAML 1.1 reads ``2e-5`` as a string. Lists and dicts are checked
-    item by item; other types (sections, ``Literal``) are left to pydantic."""
-    origin = get_origin(ann)
-    if origin is list and isinstance(v, list):
-        (item,) = get_args(ann) or (Any,)
-        return [_strict(item, x) for x in v]
-    if origin is dict and isinstance(v, dict):
-        _, item = get_args(ann) or (Any, Any)
-        return {k: _strict(item, x) for k, x in v.items()}
-    if origin is Literal:
-        if isinstance(v, bool) and not any(isinstance(a, bool) for a in get_args(ann)):
-            raise ValueError(f"must be one of {list(get_args(ann))}")
-    elif ann is bool:
-        if not isinstance(v, bool):
-            raise ValueError("must be true or false")
-    elif ann is int:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError("must be an integer")
-    elif ann is float:
-        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-            raise ValueError("must be a number")
-        try:
-            x = float(v)
-        except ValueError:
-            raise ValueError("must be a number") from None
-        if not math.isfinite(x):
-            raise ValueError("must be a finite number")
-        return x
-    return v
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_lenient_types(cls, v: Any, info) -> Any:
-        return _strict(cls.model_fields[info.field_name].annotation, v)
+from acl_lib.config.base import DOMAINS, ConfigError, _Section, _strict
+from acl_lib.config.consolidation import (
+    AblationsConfig,
+    DiagnosticsConfig,
+    LauncherConfig,
+    MergeConfig,
+    MLEConfig,
+    MMOPDConfig,
+    SDFTConfig,
+    _check_mixture,  # noqa: F401 (re-exported: tests check the mixture rule)
+)
 
 
 class ModelConfig(_Section):
@@ -451,174 +412,6 @@ class PipelineConfig(_Section):
         if bad:
             raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
         return v
-
-
-def _check_mixture(v: dict[str, float]) -> dict[str, float]:
-    bad = [d for d in v if d not in DOMAINS]
-    if bad:
-        raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
-    if any(w < 0 for w in v.values()) or not sum(v.values()) > 0:
-        raise ValueError(f"mixture weights must be >= 0 with a positive sum, got {v}")
-    return v
-
-
-class MMOPDConfig(_Section):
-    """Multi-teacher mixed on-policy distillation (the MMOPD consolidation, ``acl_lib.consolidate.mmopd``)."""
-
-    # Share of each domain's training prompts in the student's prompt mixture (normalised; 0 leaves a domain out).
-    mixture: dict[str, float] = Field(default_factory=lambda: {d: 1.0 for d in DOMAINS})
-    n_prompts: int = Field(64, ge=1)  # prompts drawn for the whole run, split over domains by ``mixture``
-    max_steps: int = Field(5, ge=0)
-    batch_size: int = Field(8, ge=1)  # on-policy rollouts per optimizer step
-    learning_rate: float = Field(5e-5, gt=0)
-    temperature: float = Field(1.0, gt=0)  # the student's sampling temperature for its rollouts
-    # The "mixed" KL: reverse KL (student -> teacher) at every policy token, plus ``forward_weight`` x forward KL
-    # over the teacher's ``top_q`` tokens where the teacher's entropy exceeds ``alpha`` nats. alpha = null (YAML;
-    # infinity: no position qualifies) is plain reverse-KL on-policy distillation.
-    alpha: float | None = Field(1.0, ge=0)
-    top_q: int = Field(16, ge=1)
-    forward_weight: float = Field(1.0, ge=0)
-    # Where the frozen teachers live: "resident" (all on the training device) or "offload" (on the CPU, each moved
-    # to the device for the micro-batch routed to it and back; what four 8B teachers beside an 8B student need).
-    teacher_placement: Literal["resident", "offload"] = "resident"
-
-    _mixture = field_validator("mixture")(classmethod(lambda cls, v: _check_mixture(v)))
-
-
-class SDFTConfig(_Section):
-    """Self-distilled fine-tuning (the SDFT consolidation, ``acl_lib.consolidate.sdft``)."""
-
-    n_prompts: int = Field(32, ge=1)  # training prompts per domain each oracle samples on
-    group_size: int = Field(8, ge=1)  # rollouts per prompt (the study: 8)
-    temperature: float = Field(1.0, gt=0)
-    # Near-duplicate filter: two kept trajectories of a domain whose assistant texts share more than this
-    # Jaccard similarity of word n-grams (``dedup_ngram``) count as one.
-    dedup_threshold: float = Field(0.9, gt=0, le=1)
-    dedup_ngram: int = Field(3, ge=1)
-    mixture: dict[str, float] = Field(default_factory=lambda: {d: 1.0 for d in DOMAINS})
-    # Presentation order of the union: "shuffle" (interleaved), "staged" (domain by domain, curriculum order),
-    # "difficulty" (easiest first, by the task's difficulty then episode length).
-    order: Literal["shuffle", "staged", "difficulty"] = "shuffle"
-    max_steps: int = Field(40, ge=0)
-    batch_size: int = Field(8, ge=1)
-    learning_rate: float = Field(5e-4, gt=0)
-
-    _mixture = field_validator("mixture")(classmethod(lambda cls, v: _check_mixture(v)))
-
-
-class MLEConfig(_Section):
-    """Modular LoRA experts on a frozen SDFT backbone, routed by the context (the MLE consolidation,
-    ``acl_lib.consolidate.mle``)."""
-
-    # PEFT LoraConfig of every expert
-    rank: int = Field(8, ge=1)
-    alpha: float = Field(16.0, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
-                                                               "gate_proj", "up_proj", "down_proj"])
-    # Each expert trains by GRPO in its domain's world, as the study's LoRA-RL experts, with the stage's settings
-    # (cfg.for_stage(d)) and these budgets in place of the stage's. cold_start: true puts a LoRA-SFT cold start on
-    # the scripted expert's demos before the GRPO of the domains whose stage has one (pipeline.cold_start).
-    cold_start: bool = False
-    num_demos: int = Field(64, ge=1)  # cold-start demos (at most the stage's own sft.num_demos)
-    sft_max_steps: int = Field(40, ge=0)
-    sft_learning_rate: float = Field(1e-3, gt=0)
-    grpo_max_steps: int = Field(10, ge=0)
-    grpo_learning_rate: float = Field(2e-4, gt=0)
-    # Further per-expert settings, as dotted overrides on top of the above (e.g. {"ecom": ["grpo.max_steps=2"]}).
-    stage_overrides: dict[str, list[str]] = Field(default_factory=dict)
-    ablation_ranks: list[int] = Field(default_factory=lambda: [4, 16])  # the rank ablation's two values
-    # The learned router: logistic regression on hashed bag-of-words of the first context, trained on training-split
-    # contexts of each stage world and scored on disjoint held-out ones.
-    router_train: int = Field(64, ge=1)  # training contexts per domain
-    router_heldout: int = Field(32, ge=1)  # held-out contexts per domain (other tasks of the training split)
-    router_features: int = Field(4096, ge=16)  # hash buckets of the bag of words (+ bigrams)
-    router_steps: int = Field(300, ge=1)
-    router_l2: float = Field(1e-3, ge=0)
-    fallback: Literal[DOMAINS] = "if"  # the context router's choice when no rule fires
-    # Measurements and stress cases
-    latency_batch: int = Field(4, ge=1)  # episodes in the timed batch (one per domain, repeated)
-    latency_new_tokens: int = Field(32, ge=1)
-    latency_repeats: int = Field(2, ge=1)
-    stress_tasks: int = Field(4, ge=1)  # episodes per stress case
-    switch_turn: int = Field(1, ge=1)  # the mid-episode change: the desk changes after this many assistant turns
-    # The MLE step's choices (not part of any run's key)
-    backbone_fallback: bool = True  # start the experts from the base where sdft_base is missing (smoke keeps no data)
-    stress_oracles: bool = True  # also run each oracle_<d> on the stress cases
-    reroute: bool = False  # the learned router on the mid-episode change: decide again at every turn
-
-    @field_validator("stage_overrides")
-    @classmethod
-    def _check_overrides(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
-        bad = [d for d in v if d not in DOMAINS]
-        if bad:
-            raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
-        return v
-
-
-class LauncherConfig(_Section):
-    mode: Literal["in_process", "multi_process", "multi_node"] = "in_process"
-    num_processes: int = Field(1, ge=1)  # per node
-    num_nodes: int = Field(1, ge=1)
-    zero_stage: Literal[0, 1, 2, 3] = 2
-    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
-    # Recompute activations in the backward pass instead of keeping them (every trainer: pretrain, SFT, GRPO):
-    # ~30% more compute for memory that grows with layers only, not layers x tokens. Off for the small CPU models
-    # (nothing to save, and slower); on for 8B at 16k-32k tokens per sequence (paper), which would not fit without.
-    activation_checkpointing: bool = False
-    # Evaluate each checkpoint in a Python process of its own (acl_lib.eval.harness.evaluate_in_subprocess): the
-    # GPU memory of its model / vLLM engine is freed when the process ends, before the next checkpoint's.
-    eval_subprocess: bool = False
-    hostfile: str = ""
-    slurm_partition: str = ""
-    slurm_time: str = "48:00:00"
-
-
-class MergeConfig(_Section):
-    """Weight merging (the merging step, ``acl_lib.consolidate.merging``): the validation grid search and the
-    TIES / DARE variants. The merges' run keys hold the resolved coefficients and densities, not this section."""
-
-    grid: list[float] = Field(default_factory=lambda: [0.25, 0.5])  # values each lambda_k may take: len ** 4 candidates
-    n_validation_tasks: int = Field(4, ge=1)  # validation tasks per domain for each candidate (a seed no training uses)
-    ties_density: float = Field(0.5, gt=0, le=1)  # TIES: fraction of each task vector kept (largest magnitudes)
-    dare_density: float = Field(0.5, gt=0, le=1)  # DARE: probability of keeping an entry (kept ones / density)
-    oracle_merge: bool = True  # also merge the four oracles uniformly (four single-domain task vectors)
-
-    @field_validator("grid")
-    @classmethod
-    def _check_grid(cls, v: list[float]) -> list[float]:
-        if not v or any(x < 0 for x in v):
-            raise ValueError(f"grid must be a non-empty list of non-negative coefficients, got {v}")
-        return v
-
-
-class AblationsConfig(_Section):
-    """Which variants the consolidation steps train beside their main run (each an extra run, so extra time)."""
-
-    mmopd_reverse_kl: bool = True  # mmopd_rkl: alpha infinite (reverse KL only, no forward term)
-    mmopd_single_teacher: bool = True  # mmopd_single: teacher seq_search, student seq_ecom, search prompts
-    # sdft_mix_*: SDFT on a non-uniform domain mixture (null: none)
-    sdft_mixture: dict[str, float] | None = Field(default_factory=lambda: {"math": 1.0, "search": 1.0, "ecom": 2.0,
-                                                                          "if": 2.0})
-    # sdft_<order>: presentation orders run beside sdft.order
-    sdft_orders: list[Literal["shuffle", "staged", "difficulty"]] = Field(
-        default_factory=lambda: ["staged", "difficulty"])
-    mle_ranks: bool = False  # mle_r<k>: experts of each rank in mle.ablation_ranks
-    mle_from_base: bool = False  # mle_frombase: experts on the base instead of sdft_base
-
-    @field_validator("sdft_mixture")
-    @classmethod
-    def _check_sdft_mixture(cls, v: dict[str, float] | None) -> dict[str, float] | None:
-        return None if v is None else _check_mixture(v)
-
-
-class DiagnosticsConfig(_Section):
-    """The weight and token diagnostics (``acl_lib.diagnostics``)."""
-
-    # Reference entropy (nats) above which a token position counts as high-entropy (finding F3). One value for every
-    # profile, so the share of positions above it is a measurement beside the study's ~6%, not a setting tuned to
-    # match it; 1 nat is also where MMOPD's forward KL starts (mmopd.alpha's default).
-    entropy_threshold: float = Field(1.0, ge=0)
 
 
 class Config(_Section):
