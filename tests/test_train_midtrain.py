@@ -113,7 +113,7 @@ def test_midtraining_batches_rows_of_similar_length(tmp_path):
     from acl_lib.train.sft import sft_args
 
     cfg = midtrain.midtrain_config(load_config("smoke", ["pretrain.midtrain_steps=2", "pretrain.midtrain_lr=0.002"]))
-    assert cfg.sft.max_steps == 2 and cfg.sft.learning_rate == 0.002
+    assert cfg.sft.max_steps == 2 and cfg.sft.learning_rate == 0.002 and cfg.sft.share_prefix
     assert sft_args(cfg, tmp_path, by_length=True).train_sampling_strategy == "group_by_length"
     assert sft_args(cfg, tmp_path).train_sampling_strategy == "random"
     with pytest.raises(ValueError, match="not both"):

@@ -100,11 +100,13 @@ def midtrain_demos(cfg) -> tuple[list[dict], dict]:
 
 
 def midtrain_config(cfg) -> Config:
-    """``cfg`` with its ``sft`` section set to the mid-training's budget (the SFT trainer reads ``cfg.sft``)."""
+    """``cfg`` with its ``sft`` section set to the mid-training's budget (the SFT trainer reads ``cfg.sft``). Batches
+    are grouped by length (``train_midtrain``), so the retail rows meet in batches and their common ~1.9k-token
+    opening (policy, tool schemas) is encoded once per batch (``sft.share_prefix``)."""
     p = cfg.pretrain
     tree = cfg.to_dict()
     tree["sft"].update(max_steps=p.midtrain_steps, batch_size=p.midtrain_batch_size, learning_rate=p.midtrain_lr,
-                       max_length=p.midtrain_max_length, share_prefix=False)
+                       max_length=p.midtrain_max_length, share_prefix=True)
     return Config.model_validate(tree)
 
 
