@@ -112,7 +112,12 @@ def main(argv: list[str] | None = None) -> None:
     info = json.loads((run.path / "base.json").read_text())
     summary = json.loads((run.path / "train_summary.json").read_text())
     warm = summary.get("copy_warmup") or {}
-    tokens = summary["tokens_seen"] + warm.get("tokens_seen", 0)
+    mid = summary.get("midtrain")
+    if mid:  # phase 3's tokens: its rows' tokens times the epochs its steps cover (rows have unequal lengths)
+        mid = {"wall_s": mid["wall_s"], "steps": mid["steps"], "demos": mid["demos"],
+               "tokens_seen": round(mid["dataset_tokens"] * mid["steps"] * cfg.pretrain.midtrain_batch_size
+                                    / max(1, mid["rows"]))}
+    tokens = summary["tokens_seen"] + warm.get("tokens_seen", 0) + (mid["tokens_seen"] if mid else 0)
     complete = json.loads((run.path / "COMPLETE.json").read_text())
     card = {
         "command": " ".join(["python benchmarks/build_mini_base.py",
@@ -128,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         "wall_s": round(complete["duration_s"] + (warm.get("wall_s", 0.0) if args.reuse_warmup else 0.0), 1),
         "wall_s_copy_warmup": round(warm.get("wall_s", 0.0), 1),
         "wall_s_corpus": round(summary["wall_s"], 1),
+        "midtrain": mid,
         "machine": machine(),
         "built_at": date.today().isoformat(),
         "copy_warmup_reused_from": ("an earlier build of this recipe, stopped in its phase 2 (the phase-2 "
@@ -135,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
         "context_copy": gain,
         "copy_gain_during_training": [
             {"phase": r["phase"], "step": r["step"], "copy_gain": r["copy_gain"]}
-            for log in (run.path / "checkpoints" / "copy_warmup" / "train_log.jsonl", run.path / "train_log.jsonl")
+            for log in (run.path / "checkpoints" / "copy_warmup" / "train_log.jsonl", run.path / "train_log.jsonl",
+                        run.path / "checkpoints" / "corpus" / "train_log.jsonl")
             for r in read_log(log) if "copy_gain" in r],
         "scores": metrics["scores"],
     }

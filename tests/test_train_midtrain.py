@@ -118,3 +118,19 @@ def test_midtraining_batches_rows_of_similar_length(tmp_path):
     assert sft_args(cfg, tmp_path).train_sampling_strategy == "random"
     with pytest.raises(ValueError, match="not both"):
         sft_args(cfg, tmp_path, sequential=True, by_length=True)
+
+
+def test_the_model_card_describes_phase_3():
+    """A base built with mid-training says so on its card: the mixture kept, the budget, the dropped prompts."""
+    from acl_lib.model.shipped import read_card, render_card
+
+    cfg = load_config("mini", ["pretrain.midtrain_steps=300", "pretrain.midtrain_batch_size=8"], seed=0)
+    card = read_card(cfg)
+    assert "Phase 3" not in render_card(card)  # the shipped base has no phase 3
+    card = dict(card, config=dict(card["config"], pretrain=cfg.to_dict()["pretrain"]))
+    card["midtrain"] = {"wall_s": 600.0, "steps": 300, "tokens_seen": 1_234_567, "demos": {
+        "world_seeds": [1000, 1001], "domains": {"math": {"kept": 400, "dropped_as_evaluated": 0},
+                                                 "ecom": {"kept": 300, "dropped_as_evaluated": 29}}}}
+    text = render_card(card)
+    assert "Phase 3, mid-training: 300 steps x 8 rows" in text and "(math 400, ecom 300;" in text
+    assert "dropped: 29" in text and "1,234,567 tokens" in text and "phase 3 10.0 min" in text

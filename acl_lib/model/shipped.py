@@ -77,6 +77,16 @@ def write_shipped(model_dir: Path, dest: Path, card: dict) -> dict:
     return card
 
 
+def midtrain_line(p: dict, mid: dict) -> str:
+    """The model card's line on phase 3 (mid-training): its mixture, budget and what was kept."""
+    kept = ", ".join(f"{d} {s['kept']}" for d, s in mid["demos"]["domains"].items())
+    return (f"- Phase 3, mid-training: {p['midtrain_steps']} steps x {p['midtrain_batch_size']} rows, lr "
+            f"{p['midtrain_lr']} cosine, assistant-only loss, on rejection-sampled scripted-expert episodes of the "
+            f"four training worlds from worlds with seeds {mid['demos']['world_seeds']} ({kept}; prompts equal to an "
+            f"evaluated prompt dropped: {sum(s['dropped_as_evaluated'] for s in mid['demos']['domains'].values())}); "
+            f"{mid['tokens_seen']:,} tokens seen.")
+
+
 def render_card(card: dict) -> str:
     """``MODEL_CARD.md``: what the base is, how it was built, how to rebuild it, what it scores."""
     m, p = card["config"]["model"], card["config"]["pretrain"]
@@ -105,8 +115,10 @@ def render_card(card: dict) -> str:
         f"{p['world_seeds']} (never the evaluated world's seed), {card['corpus_tokens']:,} tokens, plus echo "
         f"documents (a run of corpus words, then the same run) making up {int(p['copy_mix'] * 100)}% of the "
         "characters.",
+        *([midtrain_line(p, card["midtrain"])] if card.get("midtrain") else []),
         f"- Tokens seen: {card['tokens_seen']:,}. Wall time: {card['wall_s'] / 60:.1f} min on {card['machine']}"
-        + (f" (phase 1 {card['wall_s_copy_warmup'] / 60:.1f} min, phase 2 {card['wall_s_corpus'] / 60:.1f} min)."
+        + (f" (phase 1 {card['wall_s_copy_warmup'] / 60:.1f} min, phase 2 {card['wall_s_corpus'] / 60:.1f} min"
+           + (f", phase 3 {card['midtrain']['wall_s'] / 60:.1f} min" if card.get("midtrain") else "") + ")."
            if card.get("wall_s_copy_warmup") is not None else "."),
         *([f"- Phase 1 was taken from an earlier build with the same phase-1 settings and a byte-identical "
            f"tokenizer (`--reuse-warmup`; {card['copy_warmup_reused_from']})."] if card.get("copy_warmup_reused_from")
