@@ -8,6 +8,8 @@ every observation token, checked against the chat template's own rendering of th
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -162,3 +164,129 @@ def test_grpo_trainer_loss_mask_on_expert_rollouts(base_dir, tmp_path):
     trainer.current_gradient_accumulation_steps = 1
     loss = trainer.compute_loss(trainer.model, out)
     assert torch.isfinite(loss)
+
+
+# --- the context guard (issue 32, item 5) -------------------------------------------------------------------
+
+
+def recording(policy, seen: list):
+    """``policy`` that also records each request's (context tokens, new-token cap)."""
+
+    def wrapped(reqs):
+        seen.extend((len(r.ids), r.max_new_tokens) for r in reqs)
+        return policy(reqs)
+
+    return wrapped
+
+
+def test_rollout_ends_the_episode_at_the_context_limit_instead_of_sending_it(base_dir):
+    """A request whose context + per-turn cap would pass the model's context is never sent: the episode ends
+    with a "context limit" failure, and its rollout ends on the last policy token (no dangling observation)."""
+    from acl_lib.model import load_model_and_tokenizer
+
+    _, tok = load_model_and_tokenizer(base_dir)
+    env, cap = DeskEnv(), 48
+    task = env.tasks("train", 1)[0]
+    free: list = []
+    ep = env.start(task, max_turns=6)
+    trl_env.rollout_episodes([ep], recording(expert_policy(tok), free), tok, 512, max_new_tokens=cap)
+    assert ep.reward() == 1.0 and len(free) == 3  # unlimited: three turns
+    ctx = free[1][0] + cap - 1  # the first turn fits, the second would pass the context by one token
+    seen: list = []
+    ep = env.start(task, max_turns=6)
+    (r,) = trl_env.rollout_episodes([ep], recording(expert_policy(tok), seen), tok, 512, max_new_tokens=cap,
+                                    max_context=ctx)
+    assert seen == free[:1] and all(n + cap <= ctx for n, _ in seen)
+    assert ep.done and ep.end_reason.startswith("context limit")
+    assert ep.reward() == 0.0 and "context limit" in ep.failure
+    assert len(r.turns) == 1 and r.env_mask == [1] * len(r.completion_ids) and r.completion_ids[-1] == tok.eos_token_id
+    # A prompt that does not fit with one turn's cap: nothing is sent at all.
+    seen.clear()
+    ep = env.start(task, max_turns=6)
+    (r,) = trl_env.rollout_episodes([ep], recording(expert_policy(tok), seen), tok, 512, max_new_tokens=cap,
+                                    max_context=free[0][0] + cap - 1)
+    assert seen == [] and r.completion_ids == [] and ep.end_reason.startswith("context limit")
+
+
+@pytest.mark.slow
+def test_grpo_trainer_rollout_stops_at_the_models_context(base_dir, tmp_path, monkeypatch):
+    """In a real GRPOTrainer step on the HF backend: the context is the model's ``max_position_embeddings``
+    (``trl_env.context_limit``); an episode whose request would pass it ends with "context limit" unsent, the
+    others generate, and the batch's tensors stay consistent."""
+    from acl_lib.model import load_model_and_tokenizer
+    from acl_lib.runs import Run
+    from acl_lib.train import grpo
+
+    cfg = tiny_cfg(tmp_path, **{"grpo.batch_size": 4})
+    cap = cfg.grpo.max_new_tokens
+    _, tok = load_model_and_tokenizer(base_dir)
+    env = DeskEnv()
+    short, long = env.tasks("train", 2)
+    long = dataclasses.replace(long, user_prompt=long.user_prompt + " Please answer quickly, thank you.")
+    tasks = [short, long]
+    lens = [len(trl_env.prompt_ids_for(tok, env.start(t))) for t in tasks]
+    assert lens[0] < lens[-1]
+    trainer = grpo.build_trainer(cfg, base_dir, env, tasks, Run(cfg, "ctx_check").path)
+    ctx = lens[-1] + cap - 1  # the longest prompt does not fit with one turn's cap
+    trainer.model.config.max_position_embeddings = ctx
+    assert trl_env.context_limit(trainer) == ctx
+    seen: list = []
+    real = trl_env.hf_policy
+    monkeypatch.setattr(trl_env, "hf_policy", lambda tr: recording(real(tr), seen))
+    batch = [trainer.train_dataset[i] for i in (0, 0, 1, 1)]
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(batch)
+    assert all(n + c <= ctx for n, c in seen)
+    blocked = [(e.episode.end_reason or "").startswith("context limit") for e in trainer.environments]
+    assert any(blocked) and not all(blocked) and seen  # the desk's prompts differ in length
+    for e, b in zip(trainer.environments, blocked):
+        assert b == (len(trl_env.prompt_ids_for(tok, e.episode)) + cap > ctx)
+    assert out["completion_ids"].shape == out["tool_mask"].shape == out["completion_mask"].shape
+
+
+# --- one end-of-turn rule for training and evaluation (issue 32, item 10) ------------------------------------
+
+
+@pytest.mark.parametrize("end", ["<|im_end|>", "<|endoftext|>", "length"])
+def test_a_turn_ends_the_same_way_in_training_and_evaluation(base_dir, end):
+    """Real ``generate`` on both paths, the model's output layer scripted to write "Answer: 7", then ``end``
+    (a stop token, or nothing: the turn runs into its token cap), then an invented next turn. Both paths end the
+    turn by ``harness.split_turn``: at either stop token a normal turn with the same text (training keeps the
+    sampled stop token in the completion); without one, the same cut-off text, which training scores as a
+    truncation (the rollout budget rule) while evaluation scores the text as written."""
+    from types import SimpleNamespace
+
+    from acl_lib.envs.base import SingleTurnEpisode, Task
+    from acl_lib.eval import harness
+    from test_paper_eval import _Scripted
+
+    cap = 12
+    policy = harness.HFPolicy(str(base_dir), max_new_tokens=cap)
+    tok, model = policy.tok, policy.model
+    assert {tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")} == set(policy.stop_ids)
+    text_ids = tok("Answer: 7", add_special_tokens=False)["input_ids"]
+    invented = tok("user: thanks, and one more question", add_special_tokens=False)["input_ids"]
+    stop = None if end == "length" else tok.convert_tokens_to_ids(end)
+    script = text_ids + ([stop] if stop is not None else []) + invented * 3
+    task = Task(id="t0", domain="math", benchmark="aime26", system_prompt="", user_prompt="What is 3+4?", answer="7")
+    episode = lambda: SingleTurnEpisode(task, lambda text, t: (float(text == "Answer: 7"), "wrong"))  # noqa: E731
+
+    model.lm_head = _Scripted(script, model.config.vocab_size)
+    ev = episode()
+    harness.run_episodes(policy, [ev])
+
+    model.lm_head = _Scripted(script, model.config.vocab_size)
+    trainer = SimpleNamespace(processing_class=tok, _acl_gen_model=model, generation_config=model.generation_config)
+    tr = episode()
+    (r,) = trl_env.rollout_episodes([tr], trl_env.hf_policy(trainer), tok, 64, max_new_tokens=cap)
+
+    assert r.turns == [ev.messages[-1]["content"]]
+    if stop is not None:
+        assert r.turns == ["Answer: 7"] and r.completion_ids == text_ids + [stop] and not r.truncated
+        assert tr.messages == ev.messages and tr.reward() == ev.reward() == 1.0
+        assert tr.failure is None and ev.failure is None
+    else:
+        assert harness.split_turn(script[:cap], policy.stop_ids)[1] is None
+        assert len(r.completion_ids) == cap and r.truncated
+        assert tr.reward() == 0.0 and "turn cut off" in tr.failure
+        assert ev.reward() == 0.0 and ev.failure == "wrong"  # scored as written

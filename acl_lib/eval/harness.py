@@ -106,10 +106,21 @@ def stop_token_ids(tok) -> list[int]:
     return sorted(set(ids))
 
 
-def cut_at_stop(ids: list[int], stops) -> list[int]:
-    """``ids`` up to (not including) the first stop token."""
+def split_turn(ids: Sequence[int], stops) -> tuple[list[int], int | None]:
+    """Where a generated assistant turn ends: the one rule of evaluation and GRPO rollouts (``trl_env``).
+
+    Returns ``(text_ids, stop)``: the ids before the first of ``stops`` (``stop_token_ids``) and that stop token,
+    a normal end of turn whichever stop it is; ``stop`` is None when no stop token came, i.e. the turn was cut
+    off by its token budget, and every id is text. Ids after the first stop are dropped.
+    """
     stops = set(stops)
-    return next((ids[:j] for j, t in enumerate(ids) if t in stops), ids)
+    j = next((j for j, t in enumerate(ids) if t in stops), None)
+    return (list(ids), None) if j is None else (list(ids[:j]), ids[j])
+
+
+def cut_at_stop(ids: list[int], stops) -> list[int]:
+    """``ids`` up to (not including) the first stop token (``split_turn``)."""
+    return split_turn(ids, stops)[0]
 
 
 def eval_device(device: str | None = None):
@@ -199,7 +210,7 @@ class HFPolicy:
         news = self.gen.generate([(self._key(*batch[i]), ids[i]) for i in fits], self.max_new_tokens, **sampling)
         self.generate_seconds += time.perf_counter() - t0
         for i, toks in zip(fits, news):
-            toks = cut_at_stop(toks, self.stop_ids)
+            toks, _ = split_turn(toks, self.stop_ids)
             self.generated_tokens += len(toks)
             out[i] = self.tok.decode(toks, skip_special_tokens=True)
         return out
@@ -294,7 +305,7 @@ class VLLMPolicy(HFPolicy):
                                  self.sampling_params(**self.sampling_args()), use_tqdm=False)
         self.generate_seconds += time.perf_counter() - t0
         for i, o in zip(fits, outs):
-            toks = cut_at_stop(list(o.outputs[0].token_ids), self.stop_ids)
+            toks, _ = split_turn(list(o.outputs[0].token_ids), self.stop_ids)
             self.generated_tokens += len(toks)
             out[i] = self.tok.decode(toks, skip_special_tokens=True)
         return out

@@ -18,7 +18,9 @@ Heavy imports (torch, transformers) stay inside functions so importing ``acl_lib
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -27,6 +29,8 @@ from typing import Any
 from acl_lib.atomic import atomic_dir, write_json
 from acl_lib.progress import Progress
 from acl_lib.seeding import threads_per_rank
+
+log = logging.getLogger(__name__)
 
 # Set by the launcher in every worker process of a multi-process / multi-node job: the DeepSpeed config the
 # trainers pass to ``TrainingArguments(deepspeed=...)``. Unset in-process.
@@ -114,12 +118,59 @@ def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_ra
     return kw
 
 
+def checkpoint_problem(ckpt: str | Path) -> str | None:
+    """Why ``ckpt`` (a ``checkpoint-<step>`` folder) is not a checkpoint whose save completed, or None.
+
+    ``Trainer._save_checkpoint`` writes the weights (``save_model``), then the optimizer, scheduler and RNG
+    states (under DeepSpeed: ``engine.save_checkpoint`` into ``global_step<N>/``, whose ``latest`` tag file is
+    written only after every rank's shards, then a barrier), and ``trainer_state.json`` last. So a save cut off
+    anywhere lacks a readable ``trainer_state.json``; a DeepSpeed checkpoint must also have its ``latest`` tag
+    naming an existing folder (what ``engine.load_checkpoint`` opens), and one without DeepSpeed state a weights
+    file (what ``Trainer._load_from_checkpoint`` loads: full or sharded, safetensors or bin, or a PEFT adapter).
+    """
+    from transformers import utils as hf
+    from transformers.trainer import TRAINER_STATE_NAME
+
+    ckpt = Path(ckpt)
+    try:
+        json.loads((ckpt / TRAINER_STATE_NAME).read_text())
+    except (OSError, ValueError):
+        return f"no readable {TRAINER_STATE_NAME}"
+    if any(ckpt.glob("global_step*")):  # DeepSpeed state
+        latest = ckpt / "latest"
+        if not latest.is_file():
+            return "DeepSpeed state without its 'latest' tag file"
+        tag = latest.read_text().strip()
+        if not tag or not (ckpt / tag).is_dir():
+            return f"DeepSpeed 'latest' tag {tag!r} names no folder"
+        return None
+    weights = (hf.SAFE_WEIGHTS_NAME, hf.SAFE_WEIGHTS_INDEX_NAME, hf.WEIGHTS_NAME, hf.WEIGHTS_INDEX_NAME,
+               hf.ADAPTER_SAFE_WEIGHTS_NAME, hf.ADAPTER_WEIGHTS_NAME)
+    if not any((ckpt / w).is_file() for w in weights):
+        return "no model weights file"
+    return None
+
+
 def last_checkpoint(out_dir) -> str | None:
-    """The newest ``checkpoint-<step>`` folder under ``<out_dir>/checkpoints`` (a crashed job resumes from it)."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest ``checkpoint-<step>`` folder under ``<out_dir>/checkpoints`` whose save completed
+    (``checkpoint_problem``): a crashed job resumes from it. Newer folders whose save was cut off are skipped
+    with a warning naming them and left in place (the next save of that step writes over them)."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     d = Path(out_dir) / CHECKPOINTS
-    return get_last_checkpoint(str(d)) if d.is_dir() else None
+    if not d.is_dir():
+        return None
+    steps = {}
+    for c in d.iterdir():
+        m = re.fullmatch(PREFIX_CHECKPOINT_DIR + r"-(\d+)", c.name)
+        if m and c.is_dir():
+            steps[int(m.group(1))] = c
+    for step in sorted(steps, reverse=True):
+        problem = checkpoint_problem(steps[step])
+        if problem is None:
+            return str(steps[step])
+        log.warning("not resuming from %s: its save did not complete (%s)", steps[step], problem)
+    return None
 
 
 class _Timer:

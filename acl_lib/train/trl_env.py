@@ -42,6 +42,7 @@ from typing import Any
 from acl_lib.envs import STAGE_ENV
 from acl_lib.envs import make_env as make_world
 from acl_lib.envs.base import Environment, Episode, Task
+from acl_lib.eval.harness import split_turn, stop_token_ids
 from acl_lib.eval.turns import TurnGenerator
 
 
@@ -254,20 +255,54 @@ def rollout_chat_template(tokenizer) -> str | None:
     return template
 
 
+def context_problem(n_tokens: int, max_new_tokens: int, max_context: int | None) -> str | None:
+    """Why a request of ``n_tokens`` context ids for up to ``max_new_tokens`` more cannot be sent to a model holding
+    ``max_context`` tokens (prompt + completion; None: no limit), or None when it fits. The evaluator's rule
+    (``harness.HFPolicy``: prompts up to ``max_context - max_new_tokens`` tokens): vLLM rejects a request past its
+    ``max_model_len``, and under ZeRO-3 one rank's error leaves the others waiting in NCCL."""
+    if max_context is None or n_tokens + max_new_tokens <= max_context:
+        return None
+    return (f"context limit: {n_tokens} context tokens + {max_new_tokens} new tokens exceed the model's context "
+            f"({max_context} tokens)")
+
+
 def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_completion_length: int,
-                     max_new_tokens: int | None = None, chat_template: str | None = None) -> list[Rollout]:
+                     max_new_tokens: int | None = None, chat_template: str | None = None,
+                     max_context: int | None = None, stop_ids: list[int] | None = None) -> list[Rollout]:
     """Drive ``episodes`` to the end with ``policy``; returns one ``Rollout`` per episode, in order.
 
-    All unfinished episodes generate together, one turn per round. A policy turn is decoded without special
-    tokens (``<|im_end|>`` ends the turn, it is not text) and fed raw to ``episode.step``. Budgets, in tokens:
+    All unfinished episodes generate together, one turn per round. A turn ends where the evaluator ends it
+    (``harness.split_turn`` at the first of ``stop_ids``, default ``stop_token_ids(tokenizer)``: eos,
+    ``<|im_end|>``, ``<|endoftext|>``); the stop token the policy sampled is kept in the completion (it learns to
+    end its turn) and the turn's text, the ids before it decoded without special tokens, is fed raw to
+    ``episode.step``. Observations are then appended as the template renders them after ``<|im_end|>`` (after
+    another stop token they follow that token: the sampled ids are never rewritten). Budgets, in tokens:
     ``max_completion_length`` for the whole rollout (policy and observation tokens, as TRL counts a
-    completion), ``max_new_tokens`` per turn (the evaluator's cap; None: only the rollout budget). An episode
-    stops when it is done, when a turn is cut off by a budget, or when the next observation would not fit.
+    completion), ``max_new_tokens`` per turn (the evaluator's cap; None: only the rollout budget), and
+    ``max_context`` for a request (context ids + the turn's cap, ``context_problem``; None: no limit). An
+    episode stops when it is done, when a turn is cut off by a budget, when the next observation would not fit
+    the rollout budget, or when the next request would not fit the context ("context limit" failure; its
+    observations are then not appended, so a rollout never ends in tokens no turn follows).
     ``chat_template``: what prompts and observations are rendered with (``rollout_chat_template``).
     """
-    eos = tokenizer.eos_token_id
+    stops = stop_ids if stop_ids is not None else stop_token_ids(tokenizer)
     rolls = [Rollout(prompt_ids=prompt_ids_for(tokenizer, ep, chat_template)) for ep in episodes]
-    active = [i for i, ep in enumerate(episodes) if not ep.done]
+
+    def asked(r: Rollout, extra: int = 0) -> int:
+        # What the next request may generate, as the engine is asked: the per-turn cap (vLLM gets it for every
+        # call, grpo.vllm_kwargs), else the rest of the rollout budget.
+        rest = max_completion_length - len(r.completion_ids) - extra
+        return max_new_tokens if max_new_tokens is not None else rest
+
+    active = []
+    for i, ep in enumerate(episodes):
+        if ep.done:
+            continue
+        problem = context_problem(len(rolls[i].prompt_ids), asked(rolls[i]), max_context)
+        if problem:
+            ep.end(problem)
+        else:
+            active.append(i)
     while active:
         reqs = []
         for i in active:
@@ -279,16 +314,15 @@ def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_com
         still = []
         for k, i in enumerate(active):
             r, ep = rolls[i], episodes[i]
-            ids = list(outs[k])[: reqs[k].max_new_tokens]
-            if eos in ids:  # keep the eos: the model learns to end its turn
-                ids = ids[: ids.index(eos) + 1]
+            text_ids, stop = split_turn(list(outs[k])[: reqs[k].max_new_tokens], stops)
+            ids = text_ids + ([stop] if stop is not None else [])
             r.completion_ids += ids
             r.env_mask += [1] * len(ids)
             if lps is not None:
                 r.logprobs = (r.logprobs or []) + list(lps[k][: len(ids)])
-            text = tokenizer.decode(ids, skip_special_tokens=True)
+            text = tokenizer.decode(text_ids, skip_special_tokens=True)
             r.turns.append(text)
-            if not ids or ids[-1] != eos:  # cut off by a budget: the turn is incomplete
+            if stop is None:  # cut off by a budget: the turn is incomplete
                 r.truncated = True
                 ep.end(f"turn cut off after {len(ids)} tokens (budgets: {max_new_tokens} per turn, "
                        f"{max_completion_length} per rollout)")
@@ -300,6 +334,11 @@ def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_com
             if not obs_ids or len(r.completion_ids) + len(obs_ids) >= max_completion_length:
                 ep.end(f"completion budget ({max_completion_length} tokens) exhausted")
                 continue
+            n_next = len(r.prompt_ids) + len(r.completion_ids) + len(obs_ids)
+            problem = context_problem(n_next, asked(r, len(obs_ids)), max_context)
+            if problem:
+                ep.end(problem)
+                continue
             r.completion_ids += obs_ids
             r.env_mask += [0] * len(obs_ids)
             if r.logprobs is not None:
@@ -307,6 +346,16 @@ def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_com
             still.append(i)
         active = still
     return rolls
+
+
+def context_limit(trainer) -> int | None:
+    """Tokens (prompt + completion) a rollout request may span: vLLM's ``max_model_len`` under vLLM
+    (``grpo.vllm_kwargs`` sets ``model.max_position_embeddings``), else the trained model's
+    ``config.max_position_embeddings`` (None when neither is known)."""
+    if trainer.use_vllm and getattr(trainer.args, "vllm_max_model_length", None):
+        return int(trainer.args.vllm_max_model_length)
+    n = getattr(getattr(trainer.model, "config", None), "max_position_embeddings", None)
+    return int(n) if n else None
 
 
 def hf_policy(trainer) -> Policy:
@@ -324,7 +373,9 @@ def hf_policy(trainer) -> Policy:
         model = trainer._acl_gen_model  # set by EpisodeRollout for the duration of one rollout call
         if state.get("model") is not model:
             state["model"] = model
-            state["gen"] = TurnGenerator(model, tok.pad_token_id, tok.eos_token_id, batch_size=len(reqs))
+            # Stops at every stop token, as the evaluator's HFPolicy does (a base model may end a turn with
+            # <|endoftext|>): a turn must not run on past one.
+            state["gen"] = TurnGenerator(model, tok.pad_token_id, stop_token_ids(tok), batch_size=len(reqs))
         # synced_gpus=False: under ZeRO-3 generate() otherwise all-reduces after every token, and ranks whose
         # episodes take different numbers of turns then wait on each other forever (found by the hostfile rehearsal).
         # The weights are gathered whole for the rollout (ds3_gather_for_generation, EpisodeRollout): generation
@@ -342,8 +393,9 @@ def vllm_policy(trainer) -> Policy:
     Needs ``vllm_mode="colocate"`` with tensor parallel size 1 (``grpo.grpo_args`` sets colocate): each rank
     then generates locally, so ranks whose episodes take different numbers of turns never wait on each other.
     Server mode gathers prompts across ranks on every call and would deadlock on unequal turn counts. Each call
-    generates one turn: ``grpo.vllm_kwargs`` caps it at ``grpo.max_new_tokens`` and stops it at eos /
-    ``<|im_end|>``; ``rollout_episodes`` applies the rollout budget.
+    generates one turn: ``grpo.vllm_kwargs`` caps it at ``grpo.max_new_tokens`` and stops it at every stop token
+    (``stop_token_ids``); ``rollout_episodes`` ends the turn as the evaluator does and applies the rollout budget
+    and the engine's context (``context_limit``: a request past it would kill this rank).
     Not exercised here (no vLLM on CPU).
     """
 
@@ -366,7 +418,8 @@ class EpisodeRollout:
 
     ``policy``: override the generator (a test drives real episodes with the scripted expert through the
     trainer this way); default: vLLM when the trainer uses it, else ``model.generate``. ``max_new_tokens``:
-    the per-turn cap (``rollout_episodes``); the rollout budget is the trainer's ``max_completion_length``.
+    the per-turn cap (``rollout_episodes``); the rollout budget is the trainer's ``max_completion_length``, the
+    context of a request ``context_limit(trainer)``.
     """
 
     def __init__(self, policy: Policy | None = None, max_new_tokens: int | None = None):
@@ -389,12 +442,13 @@ class EpisodeRollout:
             raise RuntimeError("EpisodeRollout needs environment_factory=trl_env.environment_factory(...)")
         episodes = [e.episode for e in envs]
         tok = trainer.processing_class
-        max_len = trainer.max_completion_length
-        template = self.chat_template(tok)
+        run = lambda policy: rollout_episodes(  # noqa: E731
+            episodes, policy, tok, trainer.max_completion_length, self.max_new_tokens, self.chat_template(tok),
+            max_context=context_limit(trainer))
         if self.policy is not None:
-            rolls = rollout_episodes(episodes, self.policy, tok, max_len, self.max_new_tokens, template)
+            rolls = run(self.policy)
         elif trainer.use_vllm:
-            rolls = rollout_episodes(episodes, vllm_policy(trainer), tok, max_len, self.max_new_tokens, template)
+            rolls = run(vllm_policy(trainer))
         else:
             if trainer.is_deepspeed_enabled and not trainer.args.ds3_gather_for_generation:
                 raise ValueError("multi-turn rollouts need ds3_gather_for_generation=True under ZeRO-3: with sharded "
@@ -408,8 +462,7 @@ class EpisodeRollout:
             ) as model:
                 trainer._acl_gen_model = model
                 try:
-                    rolls = rollout_episodes(episodes, hf_policy(trainer), tok, max_len, self.max_new_tokens,
-                                             template)
+                    rolls = run(hf_policy(trainer))
                 finally:
                     trainer._acl_gen_model = None
         for r in rolls:  # every completion needs >= 1 token for TRL's bookkeeping
