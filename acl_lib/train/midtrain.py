@@ -24,7 +24,6 @@ then ``train_sft``'s ``train_log.jsonl``, ``train_summary.json``, ``checkpoints/
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from pathlib import Path
@@ -131,4 +130,4 @@ def read_demos(out_dir: str | Path) -> list[dict]:
     path = Path(out_dir) / "demos.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"no mid-training demos at {path}")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sft.read_rows(path)

@@ -104,7 +104,7 @@ def collect_demos(env: Environment, policy: TeacherPolicy, tasks: list[Task], ma
                      progress=progress)
         n_tasks += len(block)
         for task, eps in zip(block, episodes):
-            seen: set[str] = set()  # assistant texts kept for this task
+            seen: set[str] = set()  # assistant texts already kept among these samples
             for ep in eps:
                 r = ep.reward()
                 if r < 1.0:
