@@ -68,8 +68,18 @@ def test_hostfile_launch_forwards_the_zero_config_to_every_node(tmp_path):
 
     cfg = _paper_cfg(tmp_path, torch_threads=96)
     run = Run(cfg, "seq_math")
-    job = launcher.write_job(cfg, "grpo", run.path, {"model_dir": "Qwen/Qwen3-8B-Base", "domain": "math"})
-    scripts = launcher.multi_node_scripts(cfg, job, run.path)
+    # What an offline cluster's login shell holds: the simulated customer's key, the hub cache, offline switches.
+    secrets = {"OPENAI_API_KEY": "sk-test-not-a-key", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1",
+               "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in secrets.items():
+            mp.setenv(k, v)
+        mp.setenv("ACL_UNRELATED_SECRET", "never-forwarded")
+        job = launcher.write_job(cfg, "grpo", run.path, {"model_dir": "Qwen/Qwen3-8B-Base", "domain": "math"})
+        scripts = launcher.multi_node_scripts(cfg, job, run.path)
+    env_file = scripts["deepspeed_env"]
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600  # it holds a key
+    assert "sk-test-not-a-key" not in scripts["deepspeed"].read_text()  # the script (and its log) never does
     ds_config = str(launcher.deepspeed_config(cfg))
 
     bindir = tmp_path / "bin"
@@ -89,6 +99,9 @@ def test_hostfile_launch_forwards_the_zero_config_to_every_node(tmp_path):
     assert f"export {DS_CONFIG_ENV}={ds_config};" in exports
     assert "export TRL_EXPERIMENTAL_SILENCE=1;" in exports and "export TOKENIZERS_PARALLELISM=false;" in exports
     assert "export OMP_NUM_THREADS=12;" in exports  # 96 threads of a node over its 8 ranks
+    for k, v in secrets.items():  # read by the real runner from DS_ENV_FILE, not from this test's environment
+        assert f"export {k}={v};" in exports, k
+    assert "ACL_UNRELATED_SECRET" not in exports
     root = str(launcher.CONFIG_DIR.parents[2])
     assert f"export PYTHONPATH={root}" in exports  # the checkout, first, on every node
     # The ZeRO config also travels as an argument of the worker module, whatever the launcher forwards.
@@ -253,3 +266,41 @@ def test_a_relative_hostfile_is_found_from_a_notebook(tmp_path, monkeypatch):
     assert f"--hostfile {project_root() / 'hostfile'} " in ds
     absolute = load_config("paper", overrides={"launcher.hostfile": str(tmp_path / "hosts")})
     assert launcher.hostfile_path(absolute) == tmp_path / "hosts"
+
+
+def test_env_file_carries_the_named_variables_and_model_ids_become_local_snapshots(tmp_path, monkeypatch):
+    """Issue 32 item 3: what DeepSpeed's runner does not forward to the other nodes goes into the env file (mode
+    0600); a hub id cached here is passed to the workers as its snapshot's path."""
+    cfg = _paper_cfg(tmp_path, **{"sft.teacher": "served", "sft.teacher_url": "http://h:8002/v1",
+                                  "sft.teacher_api_key_env": "TEACHER_KEY"})
+    environ = {"OPENAI_API_KEY": "k1", "TEACHER_KEY": "k2", "HF_TOKEN": "t", "VLLM_LOGGING_LEVEL": "INFO",
+               "HOME": "/home/u", "SECRET_OF_NOBODY": "x"}
+    assert launcher.forwarded_env(cfg, environ) == {"HF_TOKEN": "t", "OPENAI_API_KEY": "k1", "TEACHER_KEY": "k2",
+                                                    "VLLM_LOGGING_LEVEL": "INFO"}
+    path = tmp_path / "deepspeed_env"
+    path.write_text("old\n")
+    path.chmod(0o644)  # a file left by an older run keeps no looser mode
+    launcher.env_file(cfg, launcher.deepspeed_config(cfg), path, environ)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    lines = path.read_text().splitlines()
+    assert "OPENAI_API_KEY=k1" in lines and "TEACHER_KEY=k2" in lines and f"{DS_CONFIG_ENV}=" in path.read_text()
+    with pytest.raises(ValueError, match="OPENAI_API_KEY: .*line break") as err:
+        launcher.env_file(cfg, launcher.deepspeed_config(cfg), path, {"OPENAI_API_KEY": "a\nb"})
+    assert "a\nb" not in str(err.value)  # an error never prints a key
+
+    # The hub cache layout huggingface_hub reads offline: refs/main names the snapshot.
+    cache = tmp_path / "hub"
+    repo = cache / "models--Qwen--Qwen3-8B-Base"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    snap = repo / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    job = launcher.write_job(cfg, "mmopd", tmp_path / "run", {"student_dir": "Qwen/Qwen3-8B-Base", "domain": "math",
+                                                             "teacher_dirs": ["Qwen/Qwen3-8B-Base", str(tmp_path)],
+                                                             "model_dir": "Other/not-cached"})
+    args = json.loads(job.read_text())["args"]
+    assert args["student_dir"] == str(snap) and args["teacher_dirs"] == [str(snap), str(tmp_path)]
+    assert args["model_dir"] == "Other/not-cached" and args["domain"] == "math"

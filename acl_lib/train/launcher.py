@@ -72,11 +72,39 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def local_model(name: str) -> str:
+    """``name`` itself when it is a directory here, else, for a hub id (``Qwen/Qwen3-8B-Base``), the local snapshot
+    the hub cache holds (``snapshot_download(local_files_only=True)``): a worker on another node then loads a path
+    (on the shared file system) instead of resolving an id, which needs the hub, or the same cache and
+    ``HF_HUB_OFFLINE``. A name the cache does not hold is returned unchanged (the worker resolves it as before)."""
+    if Path(name).expanduser().exists() or name.count("/") != 1:
+        return name
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(name, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached (or not a hub id): leave it to the worker
+        return name
+
+
+def _local_models(job_args: dict) -> dict:
+    """``job_args`` with every model argument (``*_dir``, ``*_dirs``) passed through ``local_model``."""
+    out = dict(job_args)
+    for key, value in job_args.items():
+        if key.endswith("_dir") and isinstance(value, str):
+            out[key] = local_model(value)
+        elif key.endswith("_dirs") and isinstance(value, list):
+            out[key] = [local_model(v) if isinstance(v, str) else v for v in value]
+    return out
+
+
 def write_job(cfg, job: str, out_dir, job_args: dict) -> Path:
-    """``<out_dir>/launch/job.json``: what a worker needs to rebuild the call (config, job, args, output dir)."""
+    """``<out_dir>/launch/job.json``: what a worker needs to rebuild the call (config, job, args, output dir).
+    Hub ids among the model arguments are written as their local snapshots (``local_model``)."""
     d = Path(out_dir) / LAUNCH_DIR
     d.mkdir(parents=True, exist_ok=True)
-    spec = {"job": job, "args": job_args, "out_dir": str(Path(out_dir).resolve()), "config": cfg.to_dict()}
+    spec = {"job": job, "args": _local_models(job_args), "out_dir": str(Path(out_dir).resolve()),
+            "config": cfg.to_dict()}
     path = d / "job.json"
     path.write_text(json.dumps(spec, indent=2))
     return path
@@ -126,23 +154,48 @@ def job_env(cfg, ds_config: Path) -> dict[str, str]:
     return env
 
 
-def env_file(cfg, ds_config: Path, path: Path) -> Path:
-    """Write ``job_env`` as a DeepSpeed environment file (``KEY=VALUE`` per line) at ``path``.
+# Variables of the launching shell that workers on other nodes need and DeepSpeed's runner does not forward:
+# the hub cache and offline switches (an offline node cannot resolve a model id without them), the hub token,
+# vLLM's settings, and (forwarded_env) the variables the config names as holding API keys.
+FORWARD_NAMES = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE",
+                 "HF_TOKEN", "HF_ENDPOINT")
+FORWARD_PREFIXES = ("VLLM_",)
+
+
+def forwarded_env(cfg, environ=None) -> dict[str, str]:
+    """The variables of ``environ`` (default ``os.environ``) that the env file carries to the other nodes:
+    ``FORWARD_NAMES``, every ``VLLM_*``, and the key variables the config names (``worlds.user_sim.api_key_env``:
+    the simulated customer's key, without which retail GRPO fails at its first reset; ``sft.teacher_api_key_env``)."""
+    environ = os.environ if environ is None else environ
+    names = set(FORWARD_NAMES) | {k for k in environ if k.startswith(FORWARD_PREFIXES)}
+    names |= {n for n in (cfg.worlds.user_sim.api_key_env, cfg.sft.teacher_api_key_env) if n}
+    return {k: environ[k] for k in sorted(names) if k in environ}
+
+
+def env_file(cfg, ds_config: Path, path: Path, environ=None) -> Path:
+    """Write ``job_env`` and ``forwarded_env`` as a DeepSpeed environment file (``KEY=VALUE`` per line) at
+    ``path``, readable by its owner only (mode 0600: it may hold API keys; nothing prints or logs its content).
 
     DeepSpeed's multi-node runner (``deepspeed/launcher/runner.py``) forwards to the other nodes only the
     variables whose names start with ``MLFLOW``, ``PYTHON``, ``MV2``, ``UCX`` (and ``NCCL`` on CUDA) plus those
     listed in ``.deepspeed_env`` (read from ``~`` and the current directory, or from ``$DS_ENV_FILE``): an
     ``export ACL_DEEPSPEED_CONFIG=...`` before ``deepspeed`` reaches the first node's workers only. The scripts
-    set ``DS_ENV_FILE`` to this run's own file, so concurrent jobs never share one."""
+    set ``DS_ENV_FILE`` to this run's own file, so concurrent jobs never share one. (The runner passes the file's
+    variables to pdsh as ``export KEY=VALUE;`` on the remote command line: a key is visible there to the nodes'
+    process lists, as DeepSpeed does it. Slurm's ``srun`` passes the environment itself and needs no file.)"""
     lines = []
-    for key, value in job_env(cfg, ds_config).items():
-        if key == "PYTHONPATH":  # forwarded by the runner itself (the PYTHON prefix), with the user's own entries
-            continue
+    values = {k: v for k, v in job_env(cfg, ds_config).items() if k != "PYTHONPATH"}  # PYTHON*: forwarded already
+    values.update(forwarded_env(cfg, environ))
+    for key, value in values.items():
         if "\n" in value:
-            raise ValueError(f"{key}={value!r}: a DeepSpeed environment file holds one variable per line")
+            raise ValueError(f"{key}: a DeepSpeed environment file holds one variable per line, its value has a "
+                             "line break")
         lines.append(f"{key}={value}\n")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(lines))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)  # an older file of looser mode keeps its mode through O_TRUNC
+        f.write("".join(lines))
     return path
 
 
