@@ -375,3 +375,82 @@ def test_an_unreachable_endpoint_or_a_missing_key_is_a_clear_outcome(monkeypatch
     monkeypatch.delenv("ACL_TEST_NO_SUCH_KEY", raising=False)
     with pytest.raises(ConfigError, match="ACL_TEST_NO_SUCH_KEY is not set"):
         OpenAIChat("http://127.0.0.1:1/v1", "m", api_key_env="ACL_TEST_NO_SUCH_KEY")
+
+
+class _Flaky:
+    """A local OpenAI-compatible endpoint answering from a script: (status, headers) per request, then 200s."""
+
+    def __init__(self, script: list[tuple[int, dict]]):
+        import http.server
+        import threading
+
+        self.script, self.times = list(script), []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - the http.server API
+                self.rfile.read(int(self.headers["Content-Length"]))
+                outer.times.append(time.monotonic())
+                status, headers = outer.script.pop(0) if outer.script else (200, {})
+                body = (json.dumps({"choices": [{"message": {"content": "fine"}}]}) if status == 200
+                        else "busy").encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+
+
+def test_rate_limits_back_off_exponentially_and_honour_retry_after():
+    """Issue 32 item 9: a 429 waits what Retry-After says; other retries double their wait."""
+    srv = _Flaky([(429, {"Retry-After": "0.6"}), (503, {}), (503, {})])
+    try:
+        chat = OpenAIChat(srv.url, "m", retries=3, backoff_s=0.2, max_backoff_s=5)
+        assert chat([{"role": "user", "content": "hi"}]) == "fine"
+        gaps = [b - a for a, b in zip(srv.times, srv.times[1:])]
+        assert len(gaps) == 3
+        # Retry-After 0.6 s; then 0.2 * 2**(attempt-1) s less up to 50% jitter: 0.2-0.4 s, 0.4-0.8 s (the upper
+        # bounds leave room for a loaded machine)
+        assert 0.6 <= gaps[0] < 2.5
+        assert 0.2 <= gaps[1] < 2.5 and 0.4 <= gaps[2] < 3.0 and gaps[2] > gaps[1] - 0.2
+    finally:
+        srv.close()
+    chat = OpenAIChat("http://127.0.0.1:1/v1", "m", backoff_s=1, max_backoff_s=10)
+    assert chat.backoff(1, "3") == 3 and chat.backoff(1, "999") == 10  # capped
+    assert 4 <= chat.backoff(4) <= 8 and chat.backoff(1, "not a date") <= 1
+    date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 5))
+    assert 3 <= chat.backoff(1, date) <= 6
+
+
+def test_an_endpoint_that_fails_too_often_stops_the_run_instead_of_scoring_zeros():
+    """Issue 32 item 9: single failures end their episode (reward 0); past max_failure_rate of recent requests the
+    client raises SimulatorUnavailable, which no episode swallows."""
+    srv = _Flaky([(200, {})] * 15 + [(503, {})] * 100)
+    try:
+        chat = OpenAIChat(srv.url, "m", retries=0, max_failure_rate=0.2)
+        for _ in range(15):
+            assert chat([{"role": "user", "content": "hi"}]) == "fine"
+        for _ in range(5):  # 5 of 20 = 25% > 20%, but only from the 20th request on is a rate judged...
+            user = LLMUser({"instructions": "x"}, chat)
+            if len(chat._outcomes) + 1 < OpenAIChat.FAILURE_MIN_REQUESTS:
+                assert user.first_message() == "" and "HTTP 503" in user.error  # ...before it: the episode fails
+            else:
+                with pytest.raises(llm_user.SimulatorUnavailable, match=r"5 of the last 20 requests failed .*20%.*"
+                                   r"worlds.user_sim.max_failure_rate.*HTTP 503"):
+                    user.first_message()
+    finally:
+        srv.close()
+    healthy = OpenAIChat("http://127.0.0.1:1/v1", "m", max_failure_rate=0.2)
+    for failed in [False] * 45 + [True] * 5:  # 10% of the window: episodes fail, the run goes on
+        healthy._record(failed, "x")

@@ -132,6 +132,11 @@ class UserSimConfig(_Section):
     max_turns: int = Field(30, ge=1)  # user messages per conversation, the first included; then the episode ends
     timeout_s: float = Field(120.0, gt=0)  # openai: per request
     retries: int = Field(2, ge=0)  # openai: further tries after a connection error, 429 or 502-504 (never a 500)
+    backoff_s: float = Field(1.0, ge=0)  # openai: the first retry's wait, doubled at each next one (or Retry-After)
+    max_backoff_s: float = Field(60.0, ge=0)  # openai: the longest wait between tries
+    # openai: above this share of failed requests (the last 50, after 20) the run stops with an error instead of
+    # training on, or scoring, episodes the endpoint failed (1 = never stop)
+    max_failure_rate: float = Field(0.2, gt=0, le=1)
     concurrency: int = Field(8, ge=1)  # openai: requests in flight at once (the evaluator steps episodes in threads)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # hf / vllm
 

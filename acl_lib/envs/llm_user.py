@@ -53,12 +53,16 @@ Training rollouts (``train/trl_env.rollout_episodes``) step their episodes one b
 
 from __future__ import annotations
 
+import email.utils
 import json
 import os
+import random
 import re
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,6 +101,11 @@ own words. Never claim a result that no tool call gave you. Do one thing the age
 
 class UserSimError(RuntimeError):
     """A failed simulator turn (backend error, context limit, garbled reply): ends the episode, never a run."""
+
+
+class SimulatorUnavailable(RuntimeError):
+    """The endpoint fails too often (``OpenAIChat``'s failure rate): stops the run. Not a ``UserSimError``, so no
+    episode swallows it."""
 
 
 # --- instructions ----------------------------------------------------------------------------------------
@@ -243,19 +252,35 @@ class PolicyChat:
 class OpenAIChat:
     """A client of an OpenAI-compatible ``POST {url}/chat/completions`` (non-streaming), standard library only.
 
-    A connection error, a timeout, 429 and 502-504 are retried ``retries`` times (1 s, 2 s, ... apart); any other
-    non-200 answer fails the turn at once: a 500 from ``transformers serve`` means it could not parse the response,
-    and the same greedy request would fail again. The key, when ``api_key_env`` names a variable, goes in
+    A connection error, a timeout, 429 and 502-504 are retried ``retries`` times with exponential backoff
+    (``backoff_s``, twice that, ... up to ``max_backoff_s``, each with up to 50% jitter so concurrent episodes do not
+    retry in step), or after the server's ``Retry-After`` where it sends one (seconds or an HTTP date; at most
+    ``max_backoff_s``). Any other non-200 answer fails the turn at once: a 500 from ``transformers serve`` means it
+    could not parse the response, and the same greedy request would fail again. A failed request (``UserSimError``)
+    ends its episode with reward 0, which a run can afford now and then, not as a habit: when more than
+    ``max_failure_rate`` of the last ``FAILURE_WINDOW`` requests (after ``FAILURE_MIN_REQUESTS``) failed, the
+    call raises ``SimulatorUnavailable`` instead, which stops the run (training on zero rewards that are the
+    endpoint's fault, or scoring them, would spoil it). The key, when ``api_key_env`` names a variable, goes in
     ``Authorization: Bearer``.
     """
 
     RETRY_STATUS = {429, 502, 503, 504}
+    FAILURE_WINDOW = 50  # the requests the failure rate is measured over
+    FAILURE_MIN_REQUESTS = 20  # before which no rate is judged
 
     def __init__(self, url: str, model: str, api_key_env: str = "", temperature: float = 0.0,
                  max_new_tokens: int = 256, timeout_s: float = 120.0, retries: int = 2, concurrency: int = 1,
-                 top_p: float | None = None, key_setting: str = "worlds.user_sim.api_key_env"):
-        # top_p: sent when given (a sampling teacher: sft.teacher_top_p); key_setting: the config key an error
-        # about a missing API key names
+                 top_p: float | None = None, key_setting: str = "worlds.user_sim.api_key_env",
+                 backoff_s: float = 1.0, max_backoff_s: float = 60.0, max_failure_rate: float = 0.2,
+                 rate_setting: str = "worlds.user_sim.max_failure_rate"):
+        # top_p: sent when given (a sampling teacher: sft.teacher_top_p); key_setting / rate_setting: the config keys
+        # an error about a missing API key / a failing endpoint names
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.max_failure_rate = max_failure_rate
+        self.rate_setting = rate_setting
+        self._outcomes: deque[bool] = deque(maxlen=self.FAILURE_WINDOW)  # True = the request failed
+        self._lock = threading.Lock()
         self.url = url.rstrip("/") + "/chat/completions"
         self.top_p = top_p
         self.concurrency = concurrency  # requests it may have in flight (each call is independent: thread-safe)
@@ -288,16 +313,35 @@ class OpenAIChat:
         if tools:
             request["tools"] = tools
         body = json.dumps(request).encode()
-        last = ""
+        try:
+            reply = self._request(body, tools)
+        except UserSimError as exc:
+            self._record(failed=True, error=str(exc))
+            raise
+        self._record(failed=False)
+        return reply
+
+    def backoff(self, attempt: int, retry_after: str | None = None) -> float:
+        """Seconds to wait before try ``attempt`` (1, 2, ...): the server's ``Retry-After`` where it gives one,
+        else ``backoff_s * 2**(attempt-1)`` with up to 50% jitter; never more than ``max_backoff_s``."""
+        wait = _retry_after_seconds(retry_after)
+        if wait is None:
+            wait = self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random() / 2)
+        return max(0.0, min(wait, self.max_backoff_s))
+
+    def _request(self, body: bytes, tools: list[dict] | None) -> str | dict:
+        last, retry_after = "", None
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(float(attempt))
+                time.sleep(self.backoff(attempt, retry_after))
+            retry_after = None
             try:
                 out = self._post(body)
             except urllib.error.HTTPError as exc:
                 detail = exc.read(300).decode("utf-8", "replace").strip()
                 last = f"HTTP {exc.code} from {self.url}" + (f": {detail}" if detail else "")
                 if exc.code in self.RETRY_STATUS:
+                    retry_after = exc.headers.get("Retry-After") if exc.headers else None
                     continue
                 raise UserSimError(last) from None
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
@@ -316,6 +360,35 @@ class OpenAIChat:
                 raise UserSimError("the reply is a tool call (the customer has no tools)")
             return msg.get("content") or ""
         raise UserSimError(last + f" (after {self.retries + 1} tries)")
+
+    def _record(self, failed: bool, error: str = "") -> None:
+        """Count a request's outcome; raise ``SimulatorUnavailable`` when the recent failure rate is too high."""
+        with self._lock:
+            self._outcomes.append(failed)
+            n, bad = len(self._outcomes), sum(self._outcomes)
+        if failed and n >= self.FAILURE_MIN_REQUESTS and bad / n > self.max_failure_rate:
+            where = f", {self.rate_setting}" if self.rate_setting else ""
+            raise SimulatorUnavailable(
+                f"{self.name}: {bad} of the last {n} requests failed (more than {self.max_failure_rate:.0%}{where}); "
+                f"the last: {error}. The run stops here rather than train on, or score, "
+                "episodes that failed for the endpoint's sake. Check the endpoint and its rate limits (more "
+                "retries: worlds.user_sim.retries / max_backoff_s), then run the same command again: it resumes.")
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header as seconds from now (it is either a number of seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return when.timestamp() - time.time() if when is not None else None
 
 
 def openai_messages(messages: list[dict]) -> list[dict]:
@@ -402,7 +475,8 @@ def simulator_for(cfg: UserSimConfig, local_policy: LocalPolicy | None = None) -
     if key not in _SIMULATORS:
         if cfg.backend == "openai":
             chat: Chat = OpenAIChat(cfg.url, cfg.model, cfg.api_key_env, cfg.temperature, cfg.max_new_tokens,
-                                    cfg.timeout_s, cfg.retries, cfg.concurrency)
+                                    cfg.timeout_s, cfg.retries, cfg.concurrency, backoff_s=cfg.backoff_s,
+                                    max_backoff_s=cfg.max_backoff_s, max_failure_rate=cfg.max_failure_rate)
         else:
             factory = local_policy or _LOCAL_POLICY
             if factory is None:

@@ -48,7 +48,7 @@ class EndpointPolicy:
                  max_new_tokens: int = 256, timeout_s: float = 600.0, retries: int = 2, concurrency: int = 8,
                  key_setting: str = "sft.teacher_api_key_env"):
         self.chat = OpenAIChat(url, model, api_key_env, temperature, max_new_tokens, timeout_s, retries, concurrency,
-                               top_p=top_p, key_setting=key_setting)
+                               top_p=top_p, key_setting=key_setting, rate_setting="")
         self.name = self.chat.name
         self.concurrency = concurrency
         self.failed_requests = 0
