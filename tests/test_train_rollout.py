@@ -290,3 +290,71 @@ def test_a_turn_ends_the_same_way_in_training_and_evaluation(base_dir, end):
         assert len(r.completion_ids) == cap and r.truncated
         assert tr.reward() == 0.0 and "turn cut off" in tr.failure
         assert ev.reward() == 0.0 and ev.failure == "wrong"  # scored as written
+
+
+class _Remote:
+    """Counts how many calls are in flight at once; each call waits as a remote simulator's request would."""
+
+    def __init__(self, wait: float = 0.15):
+        import threading
+
+        self.wait, self.now, self.most, self.calls, self._lock = wait, 0, 0, 0, threading.Lock()
+
+    def __call__(self):
+        import time
+
+        with self._lock:
+            self.now += 1
+            self.calls += 1
+            self.most = max(self.most, self.now)
+        time.sleep(self.wait)
+        with self._lock:
+            self.now -= 1
+
+
+def test_remote_customers_are_started_and_answered_concurrently_in_training(base_dir):
+    """Issue 32 item 8: episodes whose customer is a remote simulator (step_concurrency > 1) open and answer a
+    rollout round in threads, as evaluation steps them; local ones stay in order in this thread."""
+    from acl_lib.model import load_model_and_tokenizer
+    from train_kit import DeskEnv, DeskEpisode
+
+    _, tok = load_model_and_tokenizer(base_dir)
+    remote = _Remote()
+
+    class RemoteEpisode(DeskEpisode):
+        step_concurrency = 4
+
+        def __init__(self, task, max_turns=16):
+            remote()  # the customer's opening message
+            super().__init__(task, max_turns=max_turns)
+
+        def on_text(self, content):
+            remote()  # the customer's reply (or the end of the conversation)
+            return super().on_text(content)
+
+    class RemoteDesk(DeskEnv):
+        def start(self, task, max_turns=16):
+            return RemoteEpisode(task, max_turns=max_turns)
+
+    env = RemoteDesk()
+    envs = [trl_env.environment_factory(env, max_turns=6)() for _ in range(8)]
+    for e, t in zip(envs, env.tasks("train", 8)):
+        e.reset(task=trl_env.task_row(t)["task"])
+    assert all(e.episode is None for e in envs)  # reset only takes the task: TRL resets one env after another
+    episodes = trl_env.start_episodes(envs)
+    assert remote.calls == 8 and remote.most == 4  # the first alone, then four at a time
+    remote.most = 0
+    rolls = trl_env.rollout_episodes(episodes, expert_policy(tok), tok, max_completion_length=512)
+    assert all(ep.done and ep.reward() == 1.0 for ep in episodes) and len(rolls) == 8
+    assert remote.calls == 8 + 8 * 2 and remote.most == 4  # the question and the answer turns, four at a time
+
+    local = _Remote(wait=0.01)
+
+    class LocalEpisode(DeskEpisode):  # step_concurrency 1: a local model plays the customer
+        def on_text(self, content):
+            local()
+            return super().on_text(content)
+
+    episodes = [LocalEpisode(t) for t in env.tasks("train", 4)]
+    trl_env.rollout_episodes(episodes, expert_policy(tok), tok, max_completion_length=512)
+    assert local.calls == 8 and local.most == 1

@@ -126,6 +126,10 @@ class LauncherConfig(_Section):
     # Evaluate each checkpoint in a Python process of its own (acl_lib.eval.harness.evaluate_in_subprocess): the
     # GPU memory of its model / vLLM engine is freed when the process ends, before the next checkpoint's.
     eval_subprocess: bool = False
+    # How long a rank waits in a collective for the others (TrainingArguments.ddp_timeout, torch's default 1800 s).
+    # Ranks reach the next collective apart by the spread of their rollouts: a rank whose retail episodes wait on a
+    # rate-limited simulated customer can trail the others by many minutes (docs/paper-checklist.md, issue 32 item 8).
+    collective_timeout_s: int = Field(1800, ge=60)
     hostfile: str = ""
     slurm_partition: str = ""
     slurm_time: str = "48:00:00"

@@ -21,7 +21,8 @@ from __future__ import annotations
 import copy
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -116,6 +117,22 @@ class Episode(ABC):
             "protocol_errors": list(self.protocol_errors),
             "messages": copy.deepcopy(self.messages),
         }
+
+
+def step_workers(episodes: Sequence[Episode]) -> int:
+    """How many of ``episodes`` may be stepped at once: their smallest ``step_concurrency`` (> 1 only for episodes
+    whose step waits on a remote user simulator, ``llm_user.LLMUserEpisode`` with an HTTP endpoint; a local
+    model is not shared across threads), 1 for none."""
+    return min((getattr(ep, "step_concurrency", 1) for ep in episodes), default=1)
+
+
+def map_concurrently(fn: Callable[[Any], Any], items: Sequence, workers: int) -> list:
+    """``[fn(x) for x in items]``, in ``workers`` threads when ``workers`` > 1 (results in order; the first
+    exception is re-raised here)."""
+    if workers > 1 and len(items) > 1:
+        with ThreadPoolExecutor(min(workers, len(items))) as pool:
+            return list(pool.map(fn, items))
+    return [fn(x) for x in items]
 
 
 class SingleTurnEpisode(Episode):

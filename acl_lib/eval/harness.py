@@ -41,7 +41,7 @@ from typing import Protocol
 from acl_lib.atomic import atomic_write_text
 from acl_lib.config import Config, UserSimConfig, project_root
 from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, llm_user, make_env, scripted_expert
-from acl_lib.envs.base import Episode, Task
+from acl_lib.envs.base import Episode, Task, map_concurrently, step_workers
 from acl_lib.eval.turns import TurnGenerator
 from acl_lib.noise import binomial_se, samples_per_task
 from acl_lib.progress import Progress
@@ -377,12 +377,11 @@ def run_episodes(policy: Policy, episodes: list[Episode], batch_size: int = 64,
 
 
 def _step_all(chunk: list[Episode], texts: list[str | None]) -> None:
-    """Feed each episode its turn. Episodes whose step waits on a remote user simulator (``step_concurrency`` > 1:
-    ``llm_user.LLMUserEpisode`` with an HTTP endpoint) are stepped in threads, that many at once; every other
-    step runs in order, in this thread (a local model is not shared across threads)."""
-    from concurrent.futures import ThreadPoolExecutor
+    """Feed each episode its turn: in threads where the episodes wait on a remote user simulator
+    (``envs.base.step_workers``), else in order in this thread."""
 
-    def step(ep: Episode, text: str | None) -> None:
+    def step(item: tuple[Episode, str | None]) -> None:
+        ep, text = item
         if text is None:
             ep.end("context limit: prompt longer than the model's context")
         elif isinstance(text, FailedTurn):
@@ -390,13 +389,7 @@ def _step_all(chunk: list[Episode], texts: list[str | None]) -> None:
         else:
             ep.step(text)
 
-    workers = min((getattr(ep, "step_concurrency", 1) for ep in chunk), default=1)
-    if workers > 1 and len(chunk) > 1:
-        with ThreadPoolExecutor(min(workers, len(chunk))) as pool:
-            list(pool.map(step, chunk, texts))  # list(): re-raises a step's exception here
-    else:
-        for ep, text in zip(chunk, texts):
-            step(ep, text)
+    map_concurrently(step, list(zip(chunk, texts)), step_workers(chunk))
 
 
 def _failure_key(reason: str | None) -> str:

@@ -108,6 +108,7 @@ def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_ra
         data_seed=cfg.seed,
         dataloader_num_workers=0,
         disable_tqdm=True,  # progress: show_progress() (one line per job, not a redraw per step)
+        ddp_timeout=cfg.launcher.collective_timeout_s,
     )
     if cfg.launcher.activation_checkpointing:
         # Non-reentrant checkpointing: works with frozen inputs (LoRA, PEFT) and under ZeRO-3's parameter hooks.

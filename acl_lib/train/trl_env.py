@@ -41,7 +41,7 @@ from typing import Any
 
 from acl_lib.envs import STAGE_ENV
 from acl_lib.envs import make_env as make_world
-from acl_lib.envs.base import Environment, Episode, Task
+from acl_lib.envs.base import Environment, Episode, Task, map_concurrently, step_workers
 from acl_lib.eval.harness import split_turn, stop_token_ids
 from acl_lib.eval.turns import TurnGenerator
 
@@ -126,13 +126,29 @@ class EpisodeEnv:
         self.episode: Episode | None = None
 
     def reset(self, task: str | dict, **row) -> None:
-        """Start a fresh episode for the dataset row's task. Returns None: the prompt stays as in the row."""
-        self.episode = self._env.start(task_from_column(task), max_turns=self._max_turns)
+        """Take the dataset row's task for a fresh episode. Returns None: the prompt stays as in the row. The
+        episode itself is started by the rollout (``start_episodes``), a batch's at once: a customer played by a
+        remote simulator opens with a request to it, and TRL resets its environments one after the other."""
+        self._task = task_from_column(task)
+        self.episode = None
         return None
+
+    def _start(self) -> None:
+        self.episode = self._env.start(self._task, max_turns=self._max_turns)
 
     def get_reward(self) -> float:
         """The finished episode's verifiable reward in [0, 1] (0 when no episode ran)."""
         return self.episode.reward() if self.episode is not None else 0.0
+
+
+def start_episodes(envs: list[EpisodeEnv]) -> list[Episode]:
+    """Start the episode of every reset environment that has none; returns all their episodes, in order. The first
+    starts alone; the rest, in threads when its kind waits on a remote simulator (``envs.base.step_workers``)."""
+    pending = [e for e in envs if e.episode is None]
+    if pending:
+        pending[0]._start()
+        map_concurrently(EpisodeEnv._start, pending[1:], step_workers([pending[0].episode]))
+    return [e.episode for e in envs]
 
 
 def environment_factory(env: Environment, max_turns: int) -> Callable[[], EpisodeEnv]:
@@ -311,7 +327,7 @@ def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_com
                 budget = min(budget, max_new_tokens)
             reqs.append(Request(rolls[i].prompt_ids + rolls[i].completion_ids, episodes[i], budget))
         outs, lps = policy(reqs)
-        still = []
+        stepped = []  # (i, the turn's text): the episodes whose turn ended at a stop token
         for k, i in enumerate(active):
             r, ep = rolls[i], episodes[i]
             text_ids, stop = split_turn(list(outs[k])[: reqs[k].max_new_tokens], stops)
@@ -327,7 +343,14 @@ def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_com
                 ep.end(f"turn cut off after {len(ids)} tokens (budgets: {max_new_tokens} per turn, "
                        f"{max_completion_length} per rollout)")
                 continue
-            obs = ep.step(text)
+            stepped.append((i, text))
+        # The round's steps together: a remote simulated customer answers them in threads (envs.base.step_workers)
+        # instead of one request after the other.
+        observations = map_concurrently(lambda item: episodes[item[0]].step(item[1]), stepped,
+                                        step_workers([episodes[i] for i, _ in stepped]))
+        still = []
+        for (i, _), obs in zip(stepped, observations, strict=True):
+            r, ep = rolls[i], episodes[i]
             if ep.done:
                 continue
             obs_ids = observation_ids(tokenizer, obs, chat_template) if obs else []
@@ -440,7 +463,7 @@ class EpisodeRollout:
         envs = trainer.environments
         if envs is None or len(envs) != len(prompts):
             raise RuntimeError("EpisodeRollout needs environment_factory=trl_env.environment_factory(...)")
-        episodes = [e.episode for e in envs]
+        episodes = start_episodes(envs)
         tok = trainer.processing_class
         run = lambda policy: rollout_episodes(  # noqa: E731
             episodes, policy, tok, trainer.max_completion_length, self.max_new_tokens, self.chat_template(tok),
