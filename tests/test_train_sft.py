@@ -162,3 +162,22 @@ def test_shared_prefix_length_stops_before_the_first_difference_and_the_first_lo
     assert sft.shared_prefix_length(ids, mask, labels) == 2  # rows differ at 3: the prefix keeps 0..1, 2 predicts 3
     labels[:, 2] = 7
     assert sft.shared_prefix_length(ids, mask, labels) == 1
+
+
+def test_cold_start_budget_is_capped_in_passes_over_the_demos(base_dir, tmp_path):
+    """Issue 32 item 11: sft.max_epochs caps the steps at that many passes over the kept rows (a small real train
+    split is not repeated hundreds of times); the summary records steps and epochs."""
+    from acl_lib.config import SFTConfig
+
+    assert sft.sft_steps(SFTConfig(max_steps=500, batch_size=64, max_epochs=3), 74 * 4) == 14  # ceil(888 / 64)
+    assert sft.sft_steps(SFTConfig(max_steps=500, batch_size=64, max_epochs=3), 2000) == 94
+    assert sft.sft_steps(SFTConfig(max_steps=10, batch_size=64, max_epochs=3), 2000) == 10  # max_steps still binds
+    assert sft.sft_steps(SFTConfig(max_steps=500, batch_size=64), 74) == 500  # 0: no cap (the mini profile)
+    assert sft.sft_steps(SFTConfig(max_steps=500, batch_size=64, max_epochs=0.1), 5) == 1
+
+    cfg = tiny_cfg(tmp_path, **{"sft.max_steps": 50, "sft.batch_size": 4, "sft.max_epochs": 2.0})
+    env = DeskEnv()
+    rows, _ = sft.collect_demos(env, desk_expert, env.tasks("train", 6), max_turns=6)
+    summary = sft.train_sft(cfg, base_dir, rows, tmp_path / "run")
+    assert len(rows) == 6 and summary["steps"] == 3 == summary["planned_steps"]  # ceil(2 x 6 / 4)
+    assert summary["epochs"] == 2.0

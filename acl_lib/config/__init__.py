@@ -304,6 +304,10 @@ class EvalConfig(_Section):
 class SFTConfig(_Section):
     num_demos: int = Field(32, ge=1)  # rejection-sampled trajectories kept for the cold start
     max_steps: int = Field(10, ge=0)
+    # At most this many passes over the kept demos (0 = no cap): steps = min(max_steps, ceil(max_epochs x demos /
+    # batch_size)). A cold start on a small real train split (tau2 retail: 74 tasks) would otherwise repeat it
+    # hundreds of times; train_summary.json records the steps and epochs it took.
+    max_epochs: float = Field(0.0, ge=0)
     batch_size: int = Field(8, ge=1)
     learning_rate: float = Field(1e-3, gt=0)
     max_length: int = Field(1024, ge=32)

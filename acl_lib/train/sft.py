@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -209,7 +210,7 @@ def _prefix_shared_trainer():
     return PrefixSharedSFTTrainer
 
 
-def sft_args(cfg, out_dir, sequential: bool = False, by_length: bool = False):
+def sft_args(cfg, out_dir, sequential: bool = False, by_length: bool = False, max_steps: int | None = None):
     """``SFTConfig`` from ``cfg.sft``. ``sequential``: present the rows in dataset order (transformers'
     ``train_sampling_strategy="sequential"``; TRL's ``shuffle_dataset`` is off already) instead of the trainer's
     random sampler: SDFT's presentation orders (``acl_lib.consolidate.sdft``). ``by_length``: batches of rows of
@@ -218,8 +219,8 @@ def sft_args(cfg, out_dir, sequential: bool = False, by_length: bool = False):
     from trl import SFTConfig
 
     s = cfg.sft
-    kw = common.trainer_kwargs(cfg, out_dir, max_steps=s.max_steps, batch_size=s.batch_size,
-                               learning_rate=s.learning_rate, scheduler="cosine")
+    kw = common.trainer_kwargs(cfg, out_dir, max_steps=s.max_steps if max_steps is None else max_steps,
+                               batch_size=s.batch_size, learning_rate=s.learning_rate, scheduler="cosine")
     if sequential and by_length:
         raise ValueError("an SFT run is presented either in order or grouped by length, not both")
     if sequential:
@@ -228,6 +229,14 @@ def sft_args(cfg, out_dir, sequential: bool = False, by_length: bool = False):
         kw["train_sampling_strategy"] = "group_by_length"
     return SFTConfig(**kw, assistant_only_loss=True, max_length=s.max_length, packing=False,
                      dataset_num_proc=None)
+
+
+def sft_steps(s, n_rows: int) -> int:
+    """The optimizer steps an SFT run on ``n_rows`` conversations takes: ``s.max_steps``, capped at ``s.max_epochs``
+    passes over the rows where that is set (``sft.max_epochs``)."""
+    if s.max_epochs <= 0 or n_rows <= 0:
+        return s.max_steps
+    return min(s.max_steps, max(1, math.ceil(s.max_epochs * n_rows / s.batch_size)))
 
 
 def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_dir: str | Path,
@@ -248,7 +257,8 @@ def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_
     model, tok = common.load_model_and_tokenizer(model_dir, cfg)
     log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "sft"})
     cls = _prefix_shared_trainer() if cfg.sft.share_prefix else SFTTrainer
-    trainer = cls(model=model, args=sft_args(cfg, out_dir, sequential, by_length),
+    steps = sft_steps(cfg.sft, len(rows))
+    trainer = cls(model=model, args=sft_args(cfg, out_dir, sequential, by_length, max_steps=steps),
                   train_dataset=Dataset.from_list(rows), processing_class=tok, callbacks=[log])
     common.show_progress(trainer, "sft")
     if len(trainer.train_dataset) == 0:  # TRL drops rows whose assistant turns were all cut off
@@ -265,6 +275,7 @@ def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_
     wall = time.perf_counter() - t0
     common.save_final_model(trainer, tok, out_dir)
     summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="sft",
-                               rows=len(rows), dataset_tokens=n_tokens, truncated_rows=n_cut,
+                               rows=len(rows), dataset_tokens=n_tokens, truncated_rows=n_cut, planned_steps=steps,
+                               epochs=round(steps * cfg.sft.batch_size / len(rows), 3),
                                **common.distributed_info(trainer))
     return common.write_summary(trainer, out_dir, summary)
