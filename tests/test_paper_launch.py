@@ -253,6 +253,37 @@ def test_vllm_pin_is_within_what_trl_supports():
             f"{req} allows vLLM up to {top}, beyond TRL's {trl_spec}"
 
 
+# What each vLLM release requires of transformers and torch (Requires-Dist in its wheel's METADATA, read from PyPI's
+# wheels): the pin must allow only releases listed here, each accepting the installed transformers.
+VLLM_REQUIRES = {"0.22.0": ("!=5.0.*,!=5.1.*,!=5.2.*,!=5.3.*,!=5.4.*,!=5.5.0,>=4.56.0", "==2.11.0"),
+                 "0.28.0": (">=5.5.3", "==2.13.0"), "0.29.0": (">=5.10.4", "==2.13.0"),
+                 "0.30.0": (">=5.10.4", "==2.13.0"), "0.31.0": ("<5.18.0,>=5.10.4", "==2.13.0")}
+
+
+def test_vllm_pin_accepts_the_transformers_the_suite_runs():
+    """Issue 32 item 14: vLLM 0.31 would pull transformers below 5.18, not the 5.24 the suite is tested with."""
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    root = Path(__file__).resolve().parents[1]
+    gpu = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    (pin,) = [Requirement(r).specifier for r in gpu if r.startswith("vllm")]
+    env_line = next(line for line in (root / "environment.yml").read_text().splitlines() if "- vllm" in line)
+    assert SpecifierSet(env_line.split("vllm", 1)[1].split("#")[0].strip()) == pin  # the two pins agree
+    allowed = [v for v in VLLM_REQUIRES if v in pin]
+    assert allowed, pin
+    assert not pin.contains("0.31.0") and not pin.contains("0.22.0")
+    tf = version("transformers")
+    for v in allowed:
+        need = VLLM_REQUIRES[v][0]
+        assert tf in SpecifierSet(need), f"vLLM {v} requires transformers {need}, not {tf}"
+        assert version("torch").split("+")[0] in SpecifierSet(VLLM_REQUIRES[v][1])
+
+
 def test_a_relative_hostfile_is_found_from_a_notebook(tmp_path, monkeypatch):
     """paper.yaml says `hostfile: hostfile`; a notebook runs in notebooks/: the checkout's hostfile is the one."""
     from acl_lib.config import project_root

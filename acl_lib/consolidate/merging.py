@@ -103,14 +103,23 @@ def tensor_seed(seed: int, name: str) -> int:
     return int(hashlib.sha256(f"{seed}:{name}".encode()).hexdigest()[:15], 16)
 
 
+# Tensors above this many elements are merged in slices of it (task arithmetic, TIES): the float64 copies of a
+# 622M-parameter embedding or head (Qwen3-8B: 151,936 x 4,096) would otherwise take ~5 GB each, x the checkpoints,
+# and PEFT's TIES a top-k over the whole tensor per checkpoint (~100 GB and hours; docs/paper-checklist.md item 14).
+BLOCK_ELEMENTS = 1 << 24
+
+
 def merge_tensor(base, tasks: Sequence, weights: Sequence[float], method: str = "task_arithmetic",
-                 density: float = 1.0, seed: int | None = None):
+                 density: float = 1.0, seed: int | None = None, block: int = BLOCK_ELEMENTS):
     """Merge one tensor: ``base`` (theta_0) and ``tasks`` (theta_k, same shape) -> a tensor of ``base``'s dtype.
 
     Differences and sums are taken in float64, so lambda = 0 returns ``base`` and a one-hot lambda returns that
     checkpoint's tensor bit for bit (the difference of two float32 / bf16 values is exact in float64). TIES and
     DARE apply ``peft.utils.merge_utils.ties`` / ``dare_linear`` to the task vectors theta_k - theta_0; DARE's
     random mask is drawn from torch's generator seeded with ``seed`` (the caller's global RNG state is kept).
+    Task arithmetic and TIES on a tensor of more than ``block`` elements go slice by slice (``_merge_blocked``):
+    the same result, in the memory of a slice (plus, for TIES, one float64 copy of the tensor to find each task
+    vector's pruning threshold).
     """
     import torch
 
@@ -121,15 +130,17 @@ def merge_tensor(base, tasks: Sequence, weights: Sequence[float], method: str = 
     for t in tasks:
         if tuple(t.shape) != tuple(base.shape):
             raise ValueError(f"shape {tuple(t.shape)} of a task tensor differs from the base's {tuple(base.shape)}")
+    if method == "task_arithmetic" and not any(w != 0 for w in weights):
+        return base.clone()
+    if method in ("task_arithmetic", "ties") and base.numel() > block:
+        return _merge_blocked(base, tasks, weights, method, density, block)
     b = base.to(torch.float64)
     if method == "task_arithmetic":
-        terms = [(w, t) for w, t in zip(weights, tasks) if w != 0]
-        if not terms:
-            return base.clone()
         out = b.clone()
-        for w, t in terms:
-            d = t.to(torch.float64) - b
-            out += d if w == 1 else w * d
+        for w, t in zip(weights, tasks):
+            if w != 0:
+                d = t.to(torch.float64) - b
+                out += d if w == 1 else w * d
         return out.to(base.dtype)
     from peft.utils import merge_utils
 
@@ -144,6 +155,68 @@ def merge_tensor(base, tasks: Sequence, weights: Sequence[float], method: str = 
                 torch.manual_seed(0 if seed is None else seed)
                 merged = merge_utils.dare_linear(deltas, lam, density)
     return (b + merged).to(base.dtype)
+
+
+def _ties_threshold(base, task, density: float) -> tuple[float, int]:
+    """``(threshold, ties_kept)``: PEFT's magnitude pruning keeps the ``int(density * n)`` entries of largest |d|
+    (d = task - base); that is every entry above the k-th largest |d| plus ``ties_kept`` of those equal to it."""
+    import torch
+
+    n = base.numel()
+    k = int(density * n)
+    if k <= 0:
+        return math.inf, 0
+    a = (task.reshape(-1).to(torch.float64) - base.reshape(-1).to(torch.float64)).abs_()
+    thr = torch.kthvalue(a, n - k + 1).values.item()
+    return thr, k - int((a > thr).sum())
+
+
+def _merge_blocked(base, tasks: Sequence, weights: Sequence[float], method: str, density: float, block: int):
+    """``merge_tensor`` for task arithmetic and TIES over slices of ``block`` elements of the flattened tensors.
+
+    Task arithmetic is elementwise. TIES is elementwise once each task vector's pruning is known: its threshold (the
+    k-th largest |d|, ``_ties_threshold``) is found first; then, slice by slice, entries above it are kept and those
+    equal to it are kept in order until the count is PEFT's k (``torch.topk``'s choice among equal magnitudes is
+    unspecified: this one is the first ones; with no equal magnitudes at the threshold both keep the same set), and
+    PEFT's own sign election and disjoint merge run on the slice."""
+    import torch
+
+    flat_b = base.reshape(-1)
+    flats = [t.reshape(-1) for t in tasks]
+    out = torch.empty_like(flat_b)
+    lam = torch.tensor([float(w) for w in weights], dtype=torch.float64)
+    if method == "ties":
+        from peft.utils import merge_utils
+
+        if density >= 1:
+            cuts = [(-1.0, 0)] * len(tasks)  # PEFT prunes nothing at density 1: keep every entry
+        else:
+            cuts = [_ties_threshold(flat_b, t, density) for t in flats]
+        quota = [q for _, q in cuts]
+    for start in range(0, flat_b.numel(), block):
+        b = flat_b[start:start + block].to(torch.float64)
+        deltas = [t[start:start + block].to(torch.float64) - b for t in flats]
+        if method == "task_arithmetic":
+            acc = b.clone()
+            for w, d in zip(weights, deltas):
+                if w != 0:
+                    acc += d if w == 1 else w * d
+        else:
+            kept = []
+            for i, d in enumerate(deltas):
+                thr = cuts[i][0]
+                a = d.abs()
+                keep = a > thr
+                if quota[i] > 0:
+                    equal = (a == thr).nonzero().reshape(-1)[: quota[i]]
+                    keep[equal] = True
+                    quota[i] -= len(equal)
+                kept.append(d * keep)
+            stacked = torch.stack(kept)
+            mask = merge_utils.calculate_majority_sign_mask(stacked, method="total")
+            acc = b + merge_utils.disjoint_merge(stacked * lam.reshape(-1, 1), mask)
+        out[start:start + block] = acc.to(base.dtype)
+    return out.reshape(base.shape)
 
 
 # --- safetensors, streamed ---------------------------------------------------------------------------------
