@@ -185,7 +185,7 @@ def test_memory_plan_written_beside_the_job(tmp_path, base_dir):
     assert plan["teachers_cpu_gib_per_node"] == pytest.approx(cfg.launcher.num_processes * 4 * 2 * 8.19e9 / 2**30)
     resident = mmopd.memory_plan(cfg.model_copy(update={"mmopd": cfg.mmopd.model_copy(
         update={"teacher_placement": "resident"})}), 8_190_000_000, 4)
-    assert resident["teachers_gib_per_gpu"] == pytest.approx(4 * 2 * 8.19e9 / 2**30 / gpus)  # ZeRO-3 shards
+    assert resident["teachers_gib_per_gpu"] == pytest.approx(4 * 2 * 8.19e9 / 2**30)  # whole on every rank
     path = mmopd.write_memory_plan(cfg, tmp_path / "job", base_dir, 4)
     text = path.read_text()
     n = checkpoint_parameter_count(base_dir)

@@ -464,3 +464,71 @@ def test_hostfile_launch_on_two_local_processes(qwen3_dir, layout, tmp_path, mon
     script = (stage.path / "launch" / "deepspeed.sh").read_text()
     assert f"--hostfile {hostfile}" in script and "--deepspeed-config" in script
     assert (stage.path / "model" / "model.safetensors").exists()
+
+
+def _perturbed_copy(src: Path, dst: Path, seed: int) -> str:
+    from acl_lib.model import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(src)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    model.save_pretrained(dst)
+    tok.save_pretrained(dst)
+    return str(dst)
+
+
+def test_mmopd_teachers_load_whole_inside_a_zero3_job(qwen3_dir, tmp_path, monkeypatch):
+    """Issue 32 item 1: the MMOPD job registers ZeRO-3 with transformers (its GRPOConfig) before it loads the
+    teachers; they must load whole, not as zero.Init placeholders nobody gathers."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    from transformers.integrations import deepspeed as hf_ds
+    from transformers.integrations.deepspeed import HfDeepSpeedConfig
+
+    from acl_lib.consolidate.mmopd import TeacherPool
+
+    ds = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
+    try:
+        assert hf_ds.is_deepspeed_zero3_enabled()
+        pool = TeacherPool({"t": str(qwen3_dir)}, torch.device("cpu"), "offload")
+        assert hf_ds.is_deepspeed_zero3_enabled()  # the job's own setting is back
+    finally:
+        hf_ds.unset_hf_deepspeed_config()
+        del ds
+    emb = pool.models["t"].get_input_embeddings().weight
+    assert emb.dim() == 2 and emb.numel() > 0
+    ids = torch.tensor([[1, 2, 3, 4]])
+    assert pool.logits("t", ids, torch.ones_like(ids), 2).shape[:2] == (1, 2)
+
+
+@pytest.mark.rehearsal
+@pytest.mark.timeout(1200)
+def test_mmopd_step_under_two_process_zero3(qwen3_dir, layout, tmp_path):
+    """Issue 32 item 1 (make rehearsal): one MMOPD step as the paper profile launches it, on two DeepSpeed ZeRO-3
+    worker processes (CPU accelerator), math and IF prompts of the real data routed to two teachers."""
+    from acl_lib.consolidate import mmopd
+    from acl_lib.runs import Run, run_once
+    from acl_lib.train import launcher
+
+    cfg = load_config("paper", overrides={**rehearsal_overrides(tmp_path, layout, qwen3_dir),
+                                          "launcher.mode": "multi_process", "launcher.num_processes": 2,
+                                          "torch_threads": 2, "mmopd.max_steps": 1, "mmopd.batch_size": 4,
+                                          "mmopd.n_prompts": 2, "mmopd.teacher_placement": "offload"})
+    assert cfg.launcher.zero_stage == 3
+    teachers = {"t_math": _perturbed_copy(qwen3_dir, tmp_path / "t_math", 1),
+                "t_if": _perturbed_copy(qwen3_dir, tmp_path / "t_if", 2)}
+    run = Run(cfg, "mmopd_rehearsal")
+
+    def job(r):
+        r.checkpoint_dir()
+        launcher.launch(cfg, "mmopd", r.path, student_dir=str(qwen3_dir), teacher_dirs=teachers,
+                        teacher_of={"math": "t_math", "if": "t_if"}, mixture={"math": 1.0, "if": 1.0}, alpha=1.0)
+
+    run_once(run, job)
+    summary = json.loads((run.path / "train_summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["deepspeed_zero_stage"] == 3 and summary["steps"] == 1, summary
+    log = [json.loads(line) for line in (run.path / "train_log.jsonl").read_text().splitlines()]
+    step = next(r for r in log if "mmopd/reverse" in r)
+    assert step["mmopd/reverse"] > 0  # the teachers scored the rows: real weights, not placeholders
+    assert mmopd.movement(qwen3_dir, run.path / "model")["update_norm"] > 0

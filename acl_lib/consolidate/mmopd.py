@@ -56,6 +56,7 @@ from acl_lib.config import setting_text
 from acl_lib.consolidate.merging import checkpoint_runs
 from acl_lib.diagnostics.weights import checkpoint_parameter_count, weight_change
 from acl_lib.envs import STAGE_ENV
+from acl_lib.envs.llm_user import outside_zero3
 from acl_lib.eval.harness import stop_token_ids
 from acl_lib.runs import Run, run_once
 from acl_lib.train import common, trl_env
@@ -126,7 +127,12 @@ def route(domains: Sequence[str], teacher_of: Mapping[str, str]) -> dict[str, li
 
 class TeacherPool:
     """Frozen teacher models by name. ``placement``: "resident" (on ``device`` from the start) or "offload" (kept
-    on the CPU; ``logits`` moves the routed teacher to ``device`` for its rows and back)."""
+    on the CPU; ``logits`` moves the routed teacher to ``device`` for its rows and back).
+
+    Every rank holds its teachers whole. They are loaded outside ZeRO-3 (``llm_user.outside_zero3``): the MMOPD job
+    builds its ``GRPOConfig(deepspeed=...)`` first, which registers the ZeRO-3 config with transformers, and a
+    ``from_pretrained`` after it gets ``zero.Init`` placeholders that no DeepSpeed engine ever gathers (the first
+    teacher forward failed: "'weight' must be 2-D"). A teacher is not trained: its forward needs no collective."""
 
     def __init__(self, model_dirs: Mapping[str, str], device, placement: str = "resident", dtype: str = "float32"):
         from acl_lib.model import load_model_and_tokenizer  # acl_lib.model.build loads torch and transformers
@@ -136,7 +142,8 @@ class TeacherPool:
         self.placement, self.device = placement, device
         self.models = {}
         for name, path in model_dirs.items():
-            model, _ = load_model_and_tokenizer(path, dtype=dtype)
+            with outside_zero3():
+                model, _ = load_model_and_tokenizer(path, dtype=dtype)
             model.eval().requires_grad_(False)
             self.models[name] = model.to(device if placement == "resident" else "cpu")
 
@@ -411,16 +418,15 @@ def memory_plan(cfg, n_params: int, n_teachers: int = 4) -> dict:
     state only (activations, KV caches and the vLLM engine come on top).
 
     Student under ZeRO-3: bf16 weights and gradients, fp32 master weights and Adam moments (16 bytes per parameter),
-    sharded over every GPU. Resident teachers: bf16 weights, sharded as ZeRO-3 inference shards when the launcher
-    runs ZeRO-3, else whole on every GPU. Offloaded teachers: bf16 weights in CPU memory, a copy per process (each
-    rank holds its own ``TeacherPool``), one teacher whole on the GPU while its rows are scored."""
+    sharded over every GPU. Resident teachers: bf16 weights, whole on every GPU (each rank holds its own
+    ``TeacherPool``, loaded outside ZeRO-3). Offloaded teachers: bf16 weights in CPU memory, a copy per process,
+    one teacher whole on the GPU while its rows are scored."""
     gib = 1024**3
     gpus = cfg.launcher.num_nodes * cfg.launcher.num_processes
-    shard = gpus if cfg.launcher.zero_stage == 3 else 1
     student = 16 * n_params / (gpus if cfg.launcher.zero_stage == 3 else 1) / gib
     one_teacher = 2 * n_params / gib
     if cfg.mmopd.teacher_placement == "resident":
-        teachers_gpu = n_teachers * one_teacher / shard
+        teachers_gpu = n_teachers * one_teacher
         cpu = 0.0
     else:
         teachers_gpu = one_teacher

@@ -239,7 +239,7 @@ class PolicyChat:
         task = self._task if not tools else Task(id="user-simulator-tools", domain="user_sim", benchmark="user_sim",
                                                   system_prompt="", user_prompt="", tools=list(tools))
         try:
-            with _outside_zero3():  # a local model, whole on this rank: generate() must not sync with other ranks
+            with outside_zero3():  # a local model, whole on this rank: generate() must not sync with other ranks
                 (text,) = self.policy([(task, msgs)])
         finally:
             if hasattr(self.policy, "forget"):
@@ -442,8 +442,9 @@ def use_local_policy(factory: LocalPolicy | None) -> None:
 
 
 @contextmanager
-def _outside_zero3():
-    """Load and run the simulating model as a plain local model, in a DeepSpeed ZeRO-3 training process too. Under
+def outside_zero3():
+    """Load and run a model as a plain local model, in a DeepSpeed ZeRO-3 training process too (the simulated
+    customer here; MMOPD's frozen teachers, ``consolidate.mmopd.TeacherPool``). Under
     ZeRO-3 (a GRPO job of the paper profile, whose rollouts play the customer) transformers' ``from_pretrained``
     partitions every model it loads across the ranks, so the simulator's weights were empty placeholders ("'weight'
     must be 2-D" at its first turn), and ``generate`` all-reduces after every token (``synced_gpus``), so a rank
@@ -487,7 +488,7 @@ def simulator_for(cfg: UserSimConfig, local_policy: LocalPolicy | None = None) -
             # a relative directory is the checkout's (acl_lib/data/mini_base), wherever the process runs (notebooks/)
             local = project_root() / cfg.model
             model = str(local) if not Path(cfg.model).is_absolute() and local.is_dir() else cfg.model
-            with _outside_zero3():
+            with outside_zero3():
                 policy = factory(cfg, model)
             chat = PolicyChat(policy, cfg.max_new_tokens)
         _SIMULATORS[key] = chat
