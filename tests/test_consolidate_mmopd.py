@@ -82,6 +82,52 @@ def test_hybrid_loss_gradient_flows_to_the_student_only_at_masked_positions():
     assert torch.all(per_pos[mask == 0] == 0) and torch.all(per_pos[mask == 1] > 0)
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 1000])
+@pytest.mark.parametrize("alpha", [None, 0.0, 1.5])
+def test_chunked_loss_from_hidden_states_equals_the_whole_logits_loss(chunk, alpha):
+    """Issue 32 item 2: the trainer's divergence, projected chunk by chunk through the heads from hidden states,
+    gives the loss, the statistics and the gradients (student hidden states and head) of the whole-logits one."""
+    g = torch.Generator().manual_seed(11)
+    B, T, H, V = 4, 6, 8, 40
+    head_s = torch.nn.Linear(H, V, bias=False)
+    heads_t = {"a": torch.nn.Linear(H, V, bias=False), "b": torch.nn.Linear(H, V, bias=False)}
+    for m in (head_s, *heads_t.values()):
+        with torch.no_grad():
+            m.weight.copy_(torch.randn(V, H, generator=g))
+    for m in heads_t.values():
+        m.requires_grad_(False)
+    hs = torch.randn(B, T, H, generator=g, requires_grad=True)
+    ht = torch.randn(B, T, H, generator=g)
+    rows = ["a", "b", "a", "b"]
+    mask = torch.tensor([[1, 1, 0, 1, 1, 0], [0, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1]])
+
+    teacher_logits = torch.stack([heads_t[r](ht[i]) for i, r in enumerate(rows)])
+    whole, whole_stats = hybrid_kl(head_s(hs), teacher_logits, mask, alpha, 3, 0.7)
+    whole.backward()
+    want_h, want_w = hs.grad.clone(), head_s.weight.grad.clone()
+    hs.grad, head_s.weight.grad = None, None
+
+    loss, stats = mmopd.chunked_hybrid_kl(hs, head_s, ht, heads_t, rows, mask, alpha, 3, 0.7, chunk)
+    loss.backward()
+    assert loss.item() == pytest.approx(whole.item(), rel=1e-5)
+    assert stats == pytest.approx(whole_stats, rel=1e-5, abs=1e-7)
+    assert torch.allclose(hs.grad, want_h, rtol=1e-4, atol=1e-6)
+    assert torch.allclose(head_s.weight.grad, want_w, rtol=1e-4, atol=1e-6)
+    assert torch.all(hs.grad[mask == 0] == 0)
+
+
+def test_a_teachers_hidden_states_through_its_head_are_its_logits(base_dir):
+    from acl_lib.consolidate.mmopd import TeacherPool
+
+    for placement in ("resident", "offload"):
+        pool = TeacherPool({"t": str(base_dir)}, torch.device("cpu"), placement)
+        ids = torch.tensor([[5, 6, 7, 8, 9], [3, 4, 5, 6, 7]])
+        am = torch.ones_like(ids)
+        want = pool.logits("t", ids, am, 3)
+        got = pool.head("t")(pool.hidden("t", ids, am, 3))
+        assert torch.allclose(got, want, atol=1e-5)
+
+
 def test_routing_sends_each_row_to_its_own_domain_teacher():
     domains = ["math", "retail", "math", "instruct", "search", "retail"]
     teacher_of = {"math": "seq_math", "search": "seq_search", "retail": "seq_ecom", "instruct": "seq_if"}
@@ -186,8 +232,17 @@ def test_memory_plan_written_beside_the_job(tmp_path, base_dir):
     resident = mmopd.memory_plan(cfg.model_copy(update={"mmopd": cfg.mmopd.model_copy(
         update={"teacher_placement": "resident"})}), 8_190_000_000, 4)
     assert resident["teachers_gib_per_gpu"] == pytest.approx(4 * 2 * 8.19e9 / 2**30)  # whole on every rank
+    # Qwen3-8B's vocabulary and width: the chunked divergence's float32 logits, and the offloaded teachers' heads
+    full = mmopd.memory_plan(cfg, 8_190_000_000, 4, vocab_size=151_936, hidden_size=4096)
+    chunk = cfg.mmopd.chunk_tokens
+    assert full["divergence_gib_per_gpu"] == pytest.approx(mmopd.DIVERGENCE_COPIES * chunk * 151_936 * 4 / 2**30)
+    assert full["teachers_gib_per_gpu"] == pytest.approx((8.19e9 + 3 * 151_936 * 4096) * 2 / 2**30)
+    assert full["total_gib_per_gpu"] == pytest.approx(full["student_gib_per_gpu"] + full["teachers_gib_per_gpu"]
+                                                      + full["divergence_gib_per_gpu"])
     path = mmopd.write_memory_plan(cfg, tmp_path / "job", base_dir, 4)
     text = path.read_text()
     n = checkpoint_parameter_count(base_dir)
     assert json.loads((path.parent / "memory_plan.json").read_text())["n_params"] == n
+    assert "| divergence, " in text and json.loads((path.parent / "memory_plan.json").read_text())[
+        "divergence_gib_per_gpu"] > 0
     assert f"{gpus} GPUs" in text and "teachers offload" in text and "| teachers in CPU memory per node (a copy per process) |" in text

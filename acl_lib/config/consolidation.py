@@ -38,6 +38,9 @@ class MMOPDConfig(_Section):
     # Where the frozen teachers live: "resident" (all on the training device) or "offload" (on the CPU, each moved
     # to the device for the micro-batch routed to it and back; what four 8B teachers beside an 8B student need).
     teacher_placement: Literal["resident", "offload"] = "resident"
+    # Policy positions projected through the student's and the teacher's heads at once (the chunked divergence:
+    # memory ~ chunk_tokens x vocabulary x a few float32 copies, not the batch's whole logits).
+    chunk_tokens: int = Field(1024, ge=1)
 
     _mixture = field_validator("mixture")(classmethod(lambda cls, v: _check_mixture(v)))
 

@@ -75,40 +75,96 @@ PROMPT_SEED_OFFSET = 2  # prompts: each domain's training split drawn with cfg.s
 # --- the loss ------------------------------------------------------------------------------------------------
 
 
-def hybrid_kl(student_logits, teacher_logits, mask, alpha: float | None, top_q: int, forward_weight: float):
-    """The mixed KL of the module docstring. ``*_logits``: (B, T, V) at the positions predicting the completion
-    tokens; ``mask``: (B, T), 1 at policy tokens. Returns ``(loss, stats)``: the mean over masked positions, and
-    floats ``reverse`` (mean reverse KL), ``forward`` (mean forward term where it applies, 0 if nowhere),
-    ``high_entropy_share`` (share of masked positions above ``alpha``), ``teacher_entropy``."""
+def hybrid_terms(student_logits, teacher_logits, alpha: float | None, top_q: int, forward_weight: float):
+    """Per position (any leading shape, vocabulary last): ``(per_token, reverse, forward, high, entropy)`` of the
+    mixed KL (module docstring); ``high`` is 1 where the teacher's entropy exceeds ``alpha`` (0 everywhere for
+    alpha None or no forward weight), ``forward`` the forward term there."""
     import torch
 
     log_p = torch.log_softmax(student_logits.float(), dim=-1)
     with torch.no_grad():
         log_q = torch.log_softmax(teacher_logits.float(), dim=-1)
-        q = log_q.exp()
-        entropy = -(q * log_q).sum(-1)
+        entropy = -(log_q.exp() * log_q).sum(-1)
     reverse = (log_p.exp() * (log_p - log_q)).sum(-1)
-    m = mask.to(reverse.dtype)
-    n = m.sum().clamp(min=1.0)
     if alpha is None or forward_weight == 0.0:
-        high = torch.zeros_like(m)
+        high = torch.zeros_like(entropy)
         forward = torch.zeros_like(reverse)
     else:
-        high = (entropy > alpha).to(m.dtype) * m
+        high = (entropy > alpha).to(entropy.dtype)
         k = min(int(top_q), log_q.size(-1))
         top_logq, top_idx = log_q.topk(k, dim=-1)
         log_qt = top_logq - torch.logsumexp(top_logq, dim=-1, keepdim=True)  # the teacher renormalised over top q
         forward = (log_qt.exp() * (log_qt - log_p.gather(-1, top_idx))).sum(-1)
-    per_token = reverse + forward_weight * high * forward
-    loss = (per_token * m).sum() / n
-    n_high = high.sum()
-    stats = {
-        "reverse": float((reverse.detach() * m).sum() / n),
-        "forward": float((forward.detach() * high).sum() / n_high.clamp(min=1.0)),
-        "high_entropy_share": float(n_high / n),
-        "teacher_entropy": float((entropy * m).sum() / n),
-    }
-    return loss, stats
+    return reverse + forward_weight * high * forward, reverse, forward, high, entropy
+
+
+def _stats(sums, n, n_high) -> dict:
+    """The logged statistics from sums over masked positions (``reverse``, ``forward`` over high ones, ``entropy``)."""
+    return {"reverse": float(sums["reverse"] / max(n, 1.0)),
+            "forward": float(sums["forward"] / max(n_high, 1.0)),
+            "high_entropy_share": float(n_high / max(n, 1.0)),
+            "teacher_entropy": float(sums["entropy"] / max(n, 1.0))}
+
+
+def hybrid_kl(student_logits, teacher_logits, mask, alpha: float | None, top_q: int, forward_weight: float):
+    """The mixed KL of the module docstring on whole logits. ``*_logits``: (B, T, V) at the positions predicting
+    the completion tokens; ``mask``: (B, T), 1 at policy tokens. Returns ``(loss, stats)``: the mean over masked
+    positions, and floats ``reverse`` (mean reverse KL), ``forward`` (mean forward term where it applies, 0 if
+    nowhere), ``high_entropy_share`` (share of masked positions above ``alpha``), ``teacher_entropy``. The trainer
+    uses ``chunked_hybrid_kl`` (the same loss without the full logits)."""
+    per_token, reverse, forward, high, entropy = hybrid_terms(student_logits, teacher_logits, alpha, top_q,
+                                                              forward_weight)
+    m = mask.to(per_token.dtype)
+    high = high * m
+    n = float(m.sum())
+    loss = (per_token * m).sum() / max(n, 1.0)
+    sums = {"reverse": float((reverse.detach() * m).sum()), "forward": float((forward.detach() * high).sum()),
+            "entropy": float((entropy * m).sum())}
+    return loss, _stats(sums, n, float(high.sum()))
+
+
+def chunked_hybrid_kl(student_hidden, student_head, teacher_hidden, teacher_heads, row_teacher, mask,
+                      alpha: float | None, top_q: int, forward_weight: float, chunk_tokens: int):
+    """``hybrid_kl`` from hidden states: the (B, T, V) logits of student and teacher never exist whole.
+
+    ``*_hidden``: (B, T, H) final hidden states (after the last norm) at the positions predicting the completion
+    tokens; ``student_head``: the student's output-embedding module; ``teacher_heads``: teacher name -> its head
+    module; ``row_teacher``: each row's teacher name; ``mask``: (B, T). The masked positions of each teacher's rows
+    are projected ``chunk_tokens`` at a time through both heads, inside activation checkpointing, so the backward
+    recomputes a chunk's logits instead of keeping them: memory is a chunk's (chunk_tokens x V) logits, not the
+    batch's (the paper profile's memory plan counts it). The heads are called as modules, so ZeRO-3 gathers the
+    student's head for each call as it does in a plain forward. Same loss and gradients as ``hybrid_kl``."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    def chunk_sums(hs, ht, head_t):
+        logits_s = student_head(hs)
+        with torch.no_grad():
+            logits_t = head_t(ht.to(head_t.weight.dtype))
+        per_token, reverse, forward, high, entropy = hybrid_terms(logits_s, logits_t, alpha, top_q, forward_weight)
+        detached = torch.stack([reverse.detach().sum(), (forward.detach() * high).sum(), entropy.sum(), high.sum()])
+        return per_token.sum(), detached
+
+    n = float(mask.sum())
+    total = student_hidden.new_zeros((), dtype=torch.float32)
+    sums = {"reverse": 0.0, "forward": 0.0, "entropy": 0.0}
+    n_high = 0.0
+    for name in dict.fromkeys(row_teacher):
+        rows = torch.tensor([i for i, t in enumerate(row_teacher) if t == name], device=mask.device)
+        sub = torch.zeros_like(mask, dtype=torch.bool)
+        sub[rows] = mask[rows].bool()
+        pos = sub.nonzero(as_tuple=True)
+        for start in range(0, len(pos[0]), chunk_tokens):
+            b, t = pos[0][start:start + chunk_tokens], pos[1][start:start + chunk_tokens]
+            hs = student_hidden[b, t]
+            ht = teacher_hidden[b, t]
+            part, d = checkpoint(chunk_sums, hs, ht, teacher_heads[name], use_reentrant=False)
+            total = total + part
+            sums["reverse"] += float(d[0])
+            sums["forward"] += float(d[1])
+            sums["entropy"] += float(d[2])
+            n_high += float(d[3])
+    return total / max(n, 1.0), _stats(sums, n, n_high)
 
 
 # --- routing and teachers ------------------------------------------------------------------------------------
@@ -150,20 +206,50 @@ class TeacherPool:
     def vocab_size(self, name: str) -> int:
         return self.models[name].config.get_text_config().vocab_size
 
+    def head(self, name: str):
+        """The teacher's output-embedding module, on the training device (an offloaded teacher's head stays there:
+        the chunked loss's backward recomputes its logits after the body has gone back to the CPU)."""
+        head = self.models[name].get_output_embeddings()
+        if self.placement == "offload":
+            head.to(self.device)
+        return head
+
+    def _on_device(self, name: str):
+        model = self.models[name]
+        if self.placement == "offload":
+            model.to(self.device)
+        return model
+
+    def _back(self, name: str) -> None:
+        if self.placement == "offload":
+            model = self.models[name]
+            head = model.get_output_embeddings()
+            model.to("cpu")
+            head.to(self.device)  # tied or not, the head is needed on the device by the chunked loss
+
     def logits(self, name: str, input_ids, attention_mask, logits_to_keep: int):
         """The teacher's logits at the last ``logits_to_keep`` positions (no gradient)."""
         import torch
 
-        model = self.models[name]
-        if self.placement == "offload":
-            model.to(self.device)
+        model = self._on_device(name)
         try:
             with torch.no_grad():
                 return model(input_ids=input_ids, attention_mask=attention_mask,
                              logits_to_keep=logits_to_keep).logits
         finally:
-            if self.placement == "offload":
-                model.to("cpu")
+            self._back(name)
+
+    def hidden(self, name: str, input_ids, attention_mask, keep: int):
+        """The teacher's final hidden states (after its last norm) at the last ``keep`` positions (no gradient)."""
+        import torch
+
+        model = self._on_device(name)
+        try:
+            with torch.no_grad():
+                return model.get_decoder()(input_ids=input_ids,
+                                           attention_mask=attention_mask).last_hidden_state[:, -keep:]
+        finally:
+            self._back(name)
 
 
 class RoutedEnvironment:
@@ -212,9 +298,9 @@ def _trainer_class():
         """GRPO's on-policy multi-turn machinery with the routed hybrid KL as the loss (module docstring)."""
 
         def __init__(self, *args, teachers: TeacherPool, teacher_of: Mapping[str, str], alpha, top_q: int,
-                     forward_weight: float, **kwargs):
+                     forward_weight: float, chunk_tokens: int = 1024, **kwargs):
             super().__init__(*args, **kwargs)
-            self.teachers, self.teacher_of = teachers, dict(teacher_of)
+            self.teachers, self.teacher_of, self.chunk_tokens = teachers, dict(teacher_of), chunk_tokens
             self.alpha, self.top_q, self.forward_weight = alpha, top_q, forward_weight
             self._domain_names = sorted(set(self.teacher_of))
             student_vocab = self.model.config.get_text_config().vocab_size
@@ -243,13 +329,27 @@ def _trainer_class():
             attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
             keep = completion_ids.size(1)
             mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
-            student = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep + 1).logits[:, :-1]
+            # Hidden states, not logits: the divergence is taken chunk by chunk through both heads
+            # (chunked_hybrid_kl), so no (rows x positions x vocabulary) tensor exists. As TRL's distillation does,
+            # the student's decoder is called directly; its head is called as a module inside the chunks.
+            unwrapped = self.accelerator.unwrap_model(model)
+            student = unwrapped.get_decoder()(input_ids=input_ids,
+                                              attention_mask=attention_mask).last_hidden_state[:, -(keep + 1):-1]
             domains = [self._domain_names[i] for i in inputs["domain_index"].tolist()]
-            teacher = torch.empty_like(student, dtype=torch.float32)
-            for name, rows in route(domains, self.teacher_of).items():
+            groups = route(domains, self.teacher_of)
+            teacher = None  # (B, T, H) in the teachers' dtype
+            row_teacher = [""] * len(domains)
+            for name, rows in groups.items():
                 idx = torch.tensor(rows, device=input_ids.device)
-                teacher[idx] = self.teachers.logits(name, input_ids[idx], attention_mask[idx], keep + 1)[:, :-1].float()
-            loss, stats = hybrid_kl(student, teacher, mask, self.alpha, self.top_q, self.forward_weight)
+                hid = self.teachers.hidden(name, input_ids[idx], attention_mask[idx], keep + 1)[:, :-1]
+                if teacher is None:
+                    teacher = hid.new_empty(student.shape[:2] + hid.shape[2:])
+                teacher[idx] = hid.to(teacher.dtype)
+                for r in rows:
+                    row_teacher[r] = name
+            heads = {name: self.teachers.head(name) for name in groups}
+            loss, stats = chunked_hybrid_kl(student, unwrapped.get_output_embeddings(), teacher, heads, row_teacher,
+                                            mask, self.alpha, self.top_q, self.forward_weight, self.chunk_tokens)
             mode = "train" if self.model.training else "eval"
             for k, v in stats.items():
                 self._metrics[mode][f"mmopd/{k}"].append(v)
@@ -300,7 +400,7 @@ def train_mmopd(cfg, out_dir, student_dir: str, teacher_dirs: Mapping[str, str],
         model=model, args=args, train_dataset=trl_env.grpo_dataset(tasks), processing_class=tok, callbacks=[log],
         environment_factory=trl_env.environment_factory(RoutedEnvironment(envs), cfg.grpo.max_turns),
         rollout_func=rollout, teachers=teachers, teacher_of=env_teacher, alpha=alpha, top_q=cfg.mmopd.top_q,
-        forward_weight=cfg.mmopd.forward_weight,
+        forward_weight=cfg.mmopd.forward_weight, chunk_tokens=cfg.mmopd.chunk_tokens,
     )
     common.show_progress(trainer, "mmopd")
     t0 = time.perf_counter()
@@ -412,7 +512,12 @@ def movement(before_dir, after_dir, train_log=None) -> dict:
 # --- the memory plan -----------------------------------------------------------------------------------------
 
 
-def memory_plan(cfg, n_params: int, n_teachers: int = 4) -> dict:
+DIVERGENCE_COPIES = 8  # float32 (chunk x vocabulary) tensors alive at once in a chunk of chunked_hybrid_kl: both
+# heads' logits, both log-softmaxes, p and q, the reverse-KL product and its gradient
+
+
+def memory_plan(cfg, n_params: int, n_teachers: int = 4, vocab_size: int | None = None,
+                hidden_size: int | None = None) -> dict:
     """Per-GPU memory of one student and ``n_teachers`` teachers of ``n_params`` parameters each, for
     ``cfg.launcher`` (GPUs = nodes x processes) and ``cfg.mmopd.teacher_placement``; GiB, weights and optimizer
     state only (activations, KV caches and the vLLM engine come on top).
@@ -420,7 +525,10 @@ def memory_plan(cfg, n_params: int, n_teachers: int = 4) -> dict:
     Student under ZeRO-3: bf16 weights and gradients, fp32 master weights and Adam moments (16 bytes per parameter),
     sharded over every GPU. Resident teachers: bf16 weights, whole on every GPU (each rank holds its own
     ``TeacherPool``, loaded outside ZeRO-3). Offloaded teachers: bf16 weights in CPU memory, a copy per process,
-    one teacher whole on the GPU while its rows are scored."""
+    one teacher whole on the GPU while its rows are scored, and every teacher's head kept there (the chunked loss's
+    backward recomputes teacher logits). With ``vocab_size`` and ``hidden_size``: the divergence's working memory,
+    ``DIVERGENCE_COPIES`` float32 (``mmopd.chunk_tokens`` x vocabulary) tensors (``chunked_hybrid_kl``), and those
+    teacher heads."""
     gib = 1024**3
     gpus = cfg.launcher.num_nodes * cfg.launcher.num_processes
     student = 16 * n_params / (gpus if cfg.launcher.zero_stage == 3 else 1) / gib
@@ -431,16 +539,30 @@ def memory_plan(cfg, n_params: int, n_teachers: int = 4) -> dict:
     else:
         teachers_gpu = one_teacher
         cpu = cfg.launcher.num_processes * n_teachers * one_teacher
+    divergence = heads = 0.0
+    if vocab_size and hidden_size:
+        divergence = DIVERGENCE_COPIES * cfg.mmopd.chunk_tokens * vocab_size * 4 / gib
+        if cfg.mmopd.teacher_placement == "offload":
+            heads = (n_teachers - 1) * 2 * vocab_size * hidden_size / gib  # the routed one's is in one_teacher
     return {"gpus": gpus, "zero_stage": cfg.launcher.zero_stage, "placement": cfg.mmopd.teacher_placement,
-            "n_params": n_params, "student_gib_per_gpu": student, "teachers_gib_per_gpu": teachers_gpu,
-            "total_gib_per_gpu": student + teachers_gpu, "teachers_cpu_gib_per_node": cpu}
+            "n_params": n_params, "student_gib_per_gpu": student, "teachers_gib_per_gpu": teachers_gpu + heads,
+            "divergence_gib_per_gpu": divergence, "chunk_tokens": cfg.mmopd.chunk_tokens,
+            "total_gib_per_gpu": student + teachers_gpu + heads + divergence, "teachers_cpu_gib_per_node": cpu}
 
 
 def memory_plan_for(cfg, n_teachers: int = 4) -> dict:
     """``memory_plan`` for this profile's student: ``seq_final``'s checkpoint when it exists, else the base model's."""
     final = pipeline.sequential_run(cfg, len(cfg.pipeline.curriculum))
     source = final.path / "model" if final.is_complete() else pipeline.model_dir(pipeline.base_run(cfg))
-    return memory_plan(cfg, checkpoint_parameter_count(source), n_teachers)
+    return memory_plan(cfg, checkpoint_parameter_count(source), n_teachers, *_vocab_and_width(source))
+
+
+def _vocab_and_width(model_dir) -> tuple[int | None, int | None]:
+    """(vocab_size, hidden_size) from a checkpoint's config.json (its text config), or Nones when it has none."""
+    path = Path(model_dir) / "config.json"
+    conf = json.loads(path.read_text()) if path.is_file() else {}
+    conf = conf.get("text_config", conf)
+    return conf.get("vocab_size"), conf.get("hidden_size")
 
 
 def specs_frame(specs: Sequence[DistillSpec]):
@@ -472,6 +594,8 @@ def render_memory_plan(plan: Mapping) -> str:
         "|---|---:|",
         f"| student (weights, gradients, Adam) per GPU | {plan['student_gib_per_gpu']:.3g} |",
         f"| teachers per GPU | {plan['teachers_gib_per_gpu']:.3g} |",
+        f"| divergence, {plan.get('chunk_tokens', '?')} positions at a time (float32 logits of both heads) | "
+        f"{plan.get('divergence_gib_per_gpu', 0.0):.3g} |",
         f"| total per GPU (before activations, KV cache, vLLM) | {plan['total_gib_per_gpu']:.3g} |",
         f"| teachers in CPU memory per node (a copy per process) | {plan['teachers_cpu_gib_per_node']:.3g} |",
         "",
@@ -482,7 +606,7 @@ def write_memory_plan(cfg, out_dir, model_dir, n_teachers: int) -> Path:
     """``<out_dir>/launch/memory_plan.md`` (and ``.json``): the per-GPU memory of a distillation job's student and
     teachers for ``cfg.launcher`` and ``cfg.mmopd.teacher_placement`` (``memory_plan``), sized from the student
     checkpoint's tensor headers; ``run_mmopd`` writes it beside the job before any weight loads."""
-    plan = memory_plan(cfg, checkpoint_parameter_count(model_dir), n_teachers)
+    plan = memory_plan(cfg, checkpoint_parameter_count(model_dir), n_teachers, *_vocab_and_width(model_dir))
     d = Path(out_dir) / LAUNCH_DIR
     d.mkdir(parents=True, exist_ok=True)
     (d / "memory_plan.json").write_text(json.dumps(plan, indent=2) + "\n")
