@@ -88,3 +88,44 @@ def test_multi_turn_grpo_runs_episodes_in_the_trainer(base_dir, tmp_path):
     assert "rewards/EpisodeEnv/mean" in step and step["reward"] == step["rewards/EpisodeEnv/mean"]
     assert json.loads((run.path / "train_summary.json").read_text())["multi_turn"] is True
     assert (run.path / "model" / "model.safetensors").exists()
+
+
+def test_micro_batches_split_a_step_into_accumulated_passes(tmp_path):
+    """Issue 32 item 4: grpo.micro_batch_size trains a process's share of the step in accumulated micro-batches
+    (one generation per optimizer step); a split that does not divide is refused when the config loads."""
+    from acl_lib.config import ConfigError, load_config
+    from acl_lib.train.common import micro_batches
+
+    assert micro_batches(256, 16) == (16, 1)
+    assert micro_batches(256, 16, 4) == (4, 4) and micro_batches(256, 16, 1) == (1, 16)
+    assert micro_batches(8, 2, 8) == (4, 1)  # a micro-batch as large as the share: no accumulation
+    with pytest.raises(ValueError, match="micro_batch_size 3 does not divide the 16"):
+        micro_batches(256, 16, 3)
+    with pytest.raises(ValueError, match="not divisible by the 3 processes"):
+        micro_batches(256, 3)
+    cfg = tiny_cfg(tmp_path, **{"grpo.batch_size": 8, "grpo.num_generations": 2, "grpo.micro_batch_size": 2})
+    args = grpo.grpo_args(cfg, tmp_path / "g")
+    assert args.per_device_train_batch_size == 2 and args.gradient_accumulation_steps == 4
+    assert args.steps_per_generation == 4 and args.generation_batch_size == 8  # one generation per step
+    paper = load_config("paper")
+    assert paper.grpo.micro_batch_size == 4 and paper.for_stage("ecom").grpo.micro_batch_size == 1
+    with pytest.raises(ConfigError, match="grpo.micro_batch_size 3 does not divide the 16 sequences"):
+        load_config("paper", ["grpo.micro_batch_size=3"])
+    from acl_lib.train.grpo import vllm_kwargs
+
+    assert vllm_kwargs(paper, True, [1])["vllm_enable_sleep_mode"] is True
+
+
+@pytest.mark.slow
+def test_grpo_step_in_accumulated_micro_batches_moves_the_policy(base_dir, tmp_path):
+    from acl_lib.runs import Run, run_once
+
+    cfg = tiny_cfg(tmp_path, **{"grpo.max_steps": 1, "grpo.batch_size": 8, "grpo.num_generations": 4,
+                                "grpo.micro_batch_size": 2, "grpo.max_completion_length": 16})
+    run = Run(cfg, "grpo_micro")
+    env = ShortEnv()
+    run_once(run, lambda r: grpo.train_grpo(cfg, base_dir, "short", r.path, env=env, tasks=env.tasks("train", 4)))
+    log = [json.loads(line) for line in (run.path / "train_log.jsonl").read_text().splitlines()]
+    assert len([r for r in log if "reward" in r]) == 1  # one generation of 8, four passes of 2, one step
+    before, after = _params(base_dir), _params(run.path / "model")
+    assert any(not torch.equal(before[k], after[k]) for k in before)

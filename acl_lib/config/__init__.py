@@ -372,6 +372,13 @@ class GRPOConfig(_Section):
     max_turns: int = Field(8, ge=1)
     max_new_tokens: int = Field(128, ge=1)
     use_vllm: bool = False
+    # Sequences each process takes through one forward/backward (0: its whole share, batch_size / processes, at
+    # once). Smaller: the step's batch is generated once and trained in batch_size / (processes x micro_batch_size)
+    # accumulated micro-batches (TRL's steps_per_generation), so long episodes fit (docs/paper-checklist.md).
+    micro_batch_size: int = Field(0, ge=0)
+    # vLLM rollouts: put the colocated engine to sleep (weights and KV cache off the GPU) during the training
+    # passes of a step (TRL's vllm_enable_sleep_mode), so they get the memory the engine holds while generating.
+    vllm_sleep_mode: bool = False
 
 
 class PipelineConfig(_Section):
@@ -451,6 +458,19 @@ class Config(_Section):
         if self.worlds.seed in self.pretrain.world_seeds:
             raise ValueError(f"pretrain.world_seeds {self.pretrain.world_seeds} contains the evaluation world seed "
                              f"worlds.seed={self.worlds.seed}: the base would be pretrained on the test world")
+        return self
+
+    @model_validator(mode="after")
+    def _check_micro_batches(self) -> Config:
+        # what train.common.micro_batches will do with it, checked at load time (the job's processes: the launcher's)
+        L = self.launcher
+        procs = 1 if L.mode == "in_process" else L.num_processes * L.num_nodes
+        g = self.grpo
+        if g.micro_batch_size and g.batch_size % procs == 0:
+            share = g.batch_size // procs
+            if g.micro_batch_size < share and share % g.micro_batch_size:
+                raise ValueError(f"grpo.micro_batch_size {g.micro_batch_size} does not divide the {share} sequences "
+                                 f"each of the {procs} processes takes per step (grpo.batch_size {g.batch_size})")
         return self
 
     @model_validator(mode="after")

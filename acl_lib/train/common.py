@@ -73,23 +73,39 @@ def set_threads(cfg) -> None:
     torch.set_num_threads(threads_per_rank(cfg.torch_threads))
 
 
+def micro_batches(batch_size: int, processes: int, micro_batch_size: int = 0) -> tuple[int, int]:
+    """``(per_device_batch, accumulation_steps)`` of a global ``batch_size`` over ``processes``: each process's
+    share at once (``micro_batch_size`` 0), or in micro-batches of ``micro_batch_size``; a split that does not
+    divide evenly is a ``ValueError`` naming the numbers."""
+    if batch_size % processes:
+        raise ValueError(f"batch size {batch_size} is not divisible by the {processes} processes of the job")
+    share = batch_size // processes
+    if not micro_batch_size or micro_batch_size >= share:
+        return share, 1
+    if share % micro_batch_size:
+        raise ValueError(f"micro_batch_size {micro_batch_size} does not divide the {share} sequences each of the "
+                         f"{processes} processes takes per step (batch size {batch_size})")
+    return micro_batch_size, share // micro_batch_size
+
+
 def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_rate: float,
-                   warmup_steps: int = 0, scheduler: str = "linear", save_steps: int | None = None) -> dict:
+                   warmup_steps: int = 0, scheduler: str = "linear", save_steps: int | None = None,
+                   micro_batch_size: int = 0) -> dict:
     """Keyword arguments shared by ``TrainingArguments`` / ``SFTConfig`` / ``GRPOConfig``.
 
     ``batch_size`` is the global number of sequences per optimizer step; it is split evenly over the
-    processes of the job (each process gets ``batch_size // world_size``).
+    processes of the job (each process gets ``batch_size // world_size``), taken ``micro_batch_size`` at a time
+    with gradient accumulation where that is set (``micro_batches``).
     """
     ws = world_size()
-    if batch_size % ws:
-        raise ValueError(f"batch size {batch_size} is not divisible by the {ws} processes of the job")
+    per_device, accumulation = micro_batches(batch_size, ws, micro_batch_size)
     bf16 = cfg.launcher.mixed_precision == "bf16"
     fp16 = cfg.launcher.mixed_precision == "fp16"
     kw: dict[str, Any] = dict(
         output_dir=str(checkpoint_dir(out_dir)),
         max_steps=max_steps,
-        per_device_train_batch_size=batch_size // ws,
-        gradient_accumulation_steps=1,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation,
         learning_rate=learning_rate,
         warmup_steps=warmup_steps,
         lr_scheduler_type=scheduler,

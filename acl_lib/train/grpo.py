@@ -39,7 +39,8 @@ def vllm_kwargs(cfg, multi_turn: bool, stop_ids: list[int] | None) -> dict:
     gen: dict = {"stop_token_ids": list(stop_ids)} if stop_ids else {}
     if multi_turn:
         gen["max_tokens"] = cfg.grpo.max_new_tokens  # overrides TRL's max_completion_length per vLLM call
-    return {"vllm_max_model_length": cfg.model.max_position_embeddings, "generation_kwargs": gen or None}
+    return {"vllm_max_model_length": cfg.model.max_position_embeddings, "generation_kwargs": gen or None,
+            "vllm_enable_sleep_mode": cfg.grpo.vllm_sleep_mode}
 
 
 def grpo_args(cfg, out_dir, multi_turn: bool = False, stop_ids: list[int] | None = None):
@@ -52,7 +53,8 @@ def grpo_args(cfg, out_dir, multi_turn: bool = False, stop_ids: list[int] | None
         raise ValueError(f"grpo.batch_size ({g.batch_size}) must be a multiple of "
                          f"grpo.num_generations ({g.num_generations})")
     kw = common.trainer_kwargs(cfg, out_dir, max_steps=g.max_steps, batch_size=g.batch_size,
-                               learning_rate=g.learning_rate, scheduler="constant")
+                               learning_rate=g.learning_rate, scheduler="constant",
+                               micro_batch_size=g.micro_batch_size)
     kw.update(vllm_kwargs(cfg, multi_turn, stop_ids))
     return GRPOConfig(
         **kw,
