@@ -78,8 +78,19 @@ def evaluate_checkpoint(cfg: Config, trained: Run, same_as: Run | None = None) -
     source = eval_run(cfg, same_as) if same_as is not None else None
     if source is not None and source.is_complete():
         return run_once(run, copy_eval_fn(source, model=str(model_dir(trained))))
-    score = harness.evaluate_in_subprocess if cfg.launcher.eval_subprocess else harness.evaluate
-    return run_once(run, lambda r: score(cfg, str(model_dir(trained)), r.path, suites="all"))
+    # in processes of their own: to free the GPU (launcher.eval_subprocess), or one per GPU (eval.shards)
+    sub = cfg.launcher.eval_subprocess or cfg.eval.shards > 1
+    score = harness.evaluate_in_subprocess if sub else harness.evaluate
+
+    def fn(r: Run) -> None:
+        if cfg.eval.tokens_per_s:  # what the evaluation will take, before it starts (from the base's if scored)
+            base_eval = eval_run(cfg, base_run(cfg))
+            history = (json.loads((base_eval.path / "metrics.json").read_text())
+                       if base_eval.is_complete() and base_eval.path != r.path else None)
+            r.logger.info(harness.format_estimate(harness.evaluation_estimate(cfg, history=history)))
+        score(cfg, str(model_dir(trained)), r.path, suites="all")
+
+    return run_once(run, fn)
 
 
 def copy_eval_fn(source: Run, model: str | None = None, files: tuple[str, ...] = (),

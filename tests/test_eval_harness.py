@@ -141,3 +141,56 @@ def test_the_mini_limits_cover_what_the_experts_need():
         assert row["expert_pass"] == row["episodes"], row
         turns, tokens = cfg.eval.limits_for(row["benchmark"])
         assert turns >= row["max_turns"] and tokens >= row["max_tokens"], (row, turns, tokens)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_sharded_evaluation_merges_into_the_unsharded_one(smoke_cfg, base_dir, tmp_path):
+    """Issue 32 item 13: evaluate_sharded (two processes, every other task each) writes the metrics and records
+    one process writes: same scores, standard errors, failures, and every record in task order."""
+    from acl_lib.eval.harness import evaluate_sharded
+
+    benches = ["aime26", "nq", "retail", "ifeval", "gpqa"]
+    for name, model in (("expert", "expert"), ("model", str(base_dir))):
+        whole = evaluate(smoke_cfg, model, tmp_path / name / "whole", benchmarks=benches)
+        parts = evaluate_sharded(smoke_cfg, model, tmp_path / name / "sharded", benchmarks=benches, shards=2)
+        assert parts["shards"] == 2
+        for key in ("scores", "se", "n_tasks", "failures", "mean_reward", "k_by_benchmark", "limits"):
+            assert parts[key] == whole[key], (name, key)
+        for b in benches:
+            read = [[json.loads(line) for line in (tmp_path / name / d / "records" / f"{b}.jsonl").read_text()
+                     .splitlines()] for d in ("whole", "sharded")]
+            keep = ("id", "sample", "reward", "failure", "messages")
+            assert [{k: r[k] for k in keep} for r in read[0]] == [{k: r[k] for k in keep} for r in read[1]], (name, b)
+        assert (tmp_path / name / "sharded" / "shards" / "1" / "metrics.json").is_file()
+
+
+def test_an_evaluation_estimate_is_logged_before_it_starts(smoke_cfg, base_dir, tmp_path):
+    """Issue 32 item 13: before an evaluation the pipeline logs what it will take: episodes and tokens per
+    benchmark (the caps' upper bound, or tokens per episode measured on the base's evaluation) and the hours at
+    eval.tokens_per_s on eval.shards processes."""
+    from acl_lib import pipeline
+    from acl_lib.eval.harness import evaluation_estimate, format_estimate
+    from acl_lib.runs import Run, run_once
+
+    cfg = smoke_cfg.model_copy(update={"eval": smoke_cfg.eval.model_copy(update={"tokens_per_s": 50.0})})
+    est = evaluation_estimate(cfg, benchmarks=["aime26", "nq"])
+    turns, tokens = cfg.eval.limits_for("nq")
+    assert est["benchmarks"]["nq"] == {"episodes": cfg.worlds.n_test, "tokens": cfg.worlds.n_test * turns * tokens,
+                                       "basis": "cap"}
+    assert est["upper_bound"] and est["hours"] == pytest.approx(est["tokens"] / 50.0 / 3600)
+    assert format_estimate(est).startswith(f"evaluation estimate: {2 * cfg.worlds.n_test:,} episodes, at most ")
+
+    measured = evaluate(cfg, str(base_dir), tmp_path / "m", benchmarks=["aime26", "nq"])
+    by = measured["generated_tokens_by_benchmark"]
+    assert sum(by.values()) == measured["generated_tokens"] > 0
+    est = evaluation_estimate(cfg, benchmarks=["aime26", "nq"], history=measured)
+    assert {b: r["tokens"] for b, r in est["benchmarks"].items()} == by and not est["upper_bound"]
+    assert "at most" not in format_estimate(est)
+
+    # the pipeline's evaluation step logs it (the base's own evaluation: no history yet, the caps)
+    base = Run(cfg, "base")
+    run_once(base, lambda r: __import__("shutil").copytree(base_dir, r.path / "model"))
+    ev = pipeline.evaluate_checkpoint(cfg, base)
+    logged = [line for line in (ev.path / "run.log").read_text().splitlines() if "evaluation estimate:" in line]
+    assert len(logged) == 1 and "at most" in logged[0] and "h at 50 tokens/s on each of 1 shard(s)" in logged[0]

@@ -273,7 +273,7 @@ def rehearsal_overrides(tmp_path: Path, layout: Path, model_dir: Path) -> dict:
         "grpo.max_steps": 1, "grpo.num_generations": 2, "grpo.batch_size": 4, "grpo.max_new_tokens": 24,
         "grpo.max_turns": 3, "grpo.max_completion_length": 24, "grpo.max_episode_tokens": 256,
         "grpo.use_vllm": False, "grpo.learning_rate": 1e-3,
-        "launcher.mixed_precision": "no",
+        "launcher.mixed_precision": "no", "eval.shards": 2,
     }
 
 

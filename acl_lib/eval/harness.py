@@ -423,31 +423,39 @@ def evaluate_benchmark(policy: Policy, bench: Benchmark, env, n: int, k: int, ma
     for i, ep in enumerate(episodes):
         rec = ep.record()
         rec["sample"] = i % k
+        source = (ep.task.meta or {}).get("source")
+        if source is not None:
+            rec["source"] = str(source)
         records.append(rec)
+    return summarize_records(records, len(tasks), k), records
+
+
+def summarize_records(records: list[dict], n_tasks: int, k: int) -> dict:
+    """A benchmark's summary (score, mean reward, tasks, k, the most frequent failures, per-dataset scores) from its
+    episodes' records: the same whether they were scored in one process or gathered from shards."""
     rewards = [r["reward"] for r in records]
     passed = [r >= 1.0 - PASS_EPS for r in rewards]
     summary = {
         "score": 100.0 * sum(passed) / max(1, len(passed)),
         "mean_reward": sum(rewards) / max(1, len(rewards)),
-        "n_tasks": len(tasks),
+        "n_tasks": n_tasks,
         "k": k,
         "failures": dict(Counter(_failure_key(r["failure"]) for r in records if r["failure"]).most_common(8)),
     }
-    by_dataset = dataset_scores([ep.task for ep in episodes], passed)
+    by_dataset = dataset_scores([r.get("source") for r in records], passed)
     if by_dataset:
         summary["by_dataset"] = by_dataset
         summary["dataset_mean"] = sum(by_dataset.values()) / len(by_dataset)
-    return summary, records
+    return summary
 
 
-def dataset_scores(tasks: list[Task], passed: list[bool]) -> dict[str, float]:
+def dataset_scores(sources: list[str | None], passed: list[bool]) -> dict[str, float]:
     """Pass rate (percent) per source dataset of a benchmark that pools several (``single_hop``: PopQA +
-    TriviaQA; ``multi_hop``: 2Wiki, HotpotQA, Bamboogle, MuSiQue), keyed by ``task.meta["source"]``; empty when
-    the benchmark has one source. The study reports each dataset and their unweighted mean; the pooled score
-    weights datasets by size (PopQA's 14k questions would swamp Bamboogle's 125)."""
+    TriviaQA; ``multi_hop``: 2Wiki, HotpotQA, Bamboogle, MuSiQue), keyed by each task's ``meta["source"]`` (the
+    records' ``source``); empty when the benchmark has one source. The study reports each dataset and their
+    unweighted mean; the pooled score weights datasets by size (PopQA's 14k questions would swamp Bamboogle's 125)."""
     groups: dict[str, list[bool]] = {}
-    for task, ok in zip(tasks, passed):
-        source = (task.meta or {}).get("source")
+    for source, ok in zip(sources, passed):
         if source is not None:
             groups.setdefault(str(source), []).append(ok)
     if len(groups) < 2:
@@ -481,14 +489,16 @@ def sampling_plan(cfg, benches: Sequence[Benchmark], k: int | None = None) -> di
 
 
 def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = None, k: int | None = None,
-             policy: Policy | None = None, benchmarks: list[str] | None = None) -> dict:
+             policy: Policy | None = None, benchmarks: list[str] | None = None,
+             shard: tuple[int, int] | None = None) -> dict:
     """Evaluate ``model`` (a checkpoint dir, ``expert`` or ``null``) on the suite; write metrics + records.
 
     Tasks are drawn with the world seed ``cfg.worlds.seed`` (the same benchmark for every training seed). Each
     benchmark is scored with its own k and temperature (``sampling_plan``; ``k`` given here replaces every
     benchmark's k). A policy built here (no ``policy`` given) is built once for the whole suite and closed at the
     end, its model or vLLM engine released (``close``), so evaluating checkpoints one after another does not pile
-    them up.
+    them up. ``shard=(i, n)``: score only every n-th task of each benchmark from the i-th (a shard of
+    ``evaluate_sharded``; its metrics cover that share).
     """
     suites = suites or cfg.eval.suites
     benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(suites)
@@ -501,7 +511,7 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
     own_policy = policy is None  # built here: released here, so the next checkpoint's model finds the memory free
     policy = policy or make_policy(model, cfg)
     try:
-        return _evaluate(cfg, model, out_dir, suites, sampling, policy, benches)
+        return _evaluate(cfg, model, out_dir, suites, sampling, policy, benches, shard)
     finally:
         if own_policy and hasattr(policy, "close"):
             policy.close()
@@ -514,34 +524,132 @@ def evaluate_in_subprocess(cfg, model: str, out_dir: str | os.PathLike, suites: 
     process ends, so a notebook that scores checkpoint after checkpoint never accumulates them. Same config, same
     seeds, same outputs in ``out_dir`` as in-process; the child's output (its progress line) is passed through.
     """
+    if cfg.eval.shards > 1:
+        return evaluate_sharded(cfg, model, out_dir, suites=suites, k=k, benchmarks=benchmarks)
+    spec = {"config": cfg.to_dict(), "model": str(model), "out_dir": str(Path(out_dir).resolve()), "suites": suites,
+            "k": k, "benchmarks": benchmarks}
+    _run_children(spec, [None], what=f"evaluation of {model} in a subprocess")
+    return json.loads((Path(out_dir) / "metrics.json").read_text())
+
+
+def _run_children(spec: dict, shards: list[tuple[int, int] | None], what: str) -> None:
+    """Run ``python -m acl_lib.eval.harness --job`` once per entry of ``shards`` (None: the whole evaluation), all
+    at once, each child on its own GPU where there are GPUs (``CUDA_VISIBLE_DEVICES``: the shard's index); their
+    output is passed through (prefixed with the shard where several run). Raises naming the first that failed."""
     import subprocess
     import sys
     import tempfile
+    import threading
 
-    spec = {"config": cfg.to_dict(), "model": str(model), "out_dir": str(Path(out_dir).resolve()), "suites": suites,
-            "k": k, "benchmarks": benchmarks}
     fd, job = tempfile.mkstemp(prefix="acl-eval-", suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump(spec, f)
-    env = dict(os.environ)
+    base_env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])  # the child imports this checkout even when not installed
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    tail: list[str] = []
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "acl_lib.eval.harness", "--job", job], env=env,
-                                cwd=str(project_root()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base_env["PYTHONPATH"] = root + (os.pathsep + base_env["PYTHONPATH"] if base_env.get("PYTHONPATH") else "")
+    gpus = _visible_gpus()
+    procs, tails, lock = [], [], threading.Lock()
+
+    def pump(proc, tail: list[str], prefix: str) -> None:
         for line in proc.stdout:
-            sys.stdout.write(line)
+            with lock:
+                sys.stdout.write(prefix + line)
             if line.strip():
-                log.info("[eval subprocess] %s", line.rstrip())  # the run's log keeps them too
-            tail = (tail + [line])[-40:]
-        proc.wait()
+                log.info("[eval %s] %s", prefix.strip() or "subprocess", line.rstrip())  # the run's log keeps them
+            tail[:] = (tail + [line])[-40:]
+
+    try:
+        threads = []
+        for shard in shards:
+            env = dict(base_env)
+            argv = [sys.executable, "-m", "acl_lib.eval.harness", "--job", job]
+            prefix = ""
+            if shard is not None:
+                argv += ["--shard", str(shard[0]), "--of", str(shard[1])]
+                prefix = f"[shard {shard[0]}/{shard[1]}] "
+                if gpus:
+                    env["CUDA_VISIBLE_DEVICES"] = gpus[shard[0] % len(gpus)]
+            proc = subprocess.Popen(argv, env=env, cwd=str(project_root()), stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+            tail: list[str] = []
+            procs.append(proc)
+            tails.append(tail)
+            t = threading.Thread(target=pump, args=(proc, tail, prefix), daemon=True)
+            t.start()
+            threads.append(t)
+        for proc, t in zip(procs, threads):
+            proc.wait()
+            t.join()
     finally:
+        for proc in procs:  # an interrupt (Ctrl-C) or an error here: no child outlives the call
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         os.unlink(job)
-    if proc.returncode != 0:
-        raise RuntimeError(f"evaluation of {model} in a subprocess failed (exit {proc.returncode}); its last lines:\n"
-                           + "".join(tail))
-    return json.loads((Path(out_dir) / "metrics.json").read_text())
+    for proc, tail, shard in zip(procs, tails, shards):
+        if proc.returncode != 0:
+            where = f" (shard {shard[0]} of {shard[1]})" if shard else ""
+            raise RuntimeError(f"{what}{where} failed (exit {proc.returncode}); its last lines:\n" + "".join(tail))
+
+
+def _visible_gpus() -> list[str]:
+    """The GPU indices this process may hand to its children: ``CUDA_VISIBLE_DEVICES`` if set, else every GPU torch
+    sees; empty on a machine without CUDA."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g for g in visible.split(",") if g.strip()]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return []
+
+
+def evaluate_sharded(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = None, k: int | None = None,
+                     benchmarks: list[str] | None = None, shards: int | None = None) -> dict:
+    """``evaluate`` split over ``shards`` processes (default ``eval.shards``), run at once, each on its own GPU
+    where there are GPUs: shard i scores every n-th task of each benchmark from the i-th into
+    ``<out_dir>/shards/<i>/``; the records are then put back in task order and scored as one evaluation
+    (``summarize_records``), so ``metrics.json`` and ``records/`` have the unsharded layout. Greedy benchmarks give
+    the unsharded scores; a sampled one draws its samples from a seed per shard. One evaluation of an 8B
+    checkpoint on the full benchmarks thus uses every GPU of the node instead of one."""
+    n = shards or cfg.eval.shards
+    out = Path(out_dir)
+    suites = suites or cfg.eval.suites
+    benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(suites)
+    sampling = sampling_plan(cfg, benches, k)
+    llm_user.preflight(cfg.worlds, {b.env for b in benches})
+    t0 = time.perf_counter()
+    spec = {"config": cfg.to_dict(), "model": str(model), "out_dir": str((out / "shards").resolve()),
+            "suites": suites, "k": k, "benchmarks": [b.key for b in benches], "shard_dirs": True}
+    _run_children(spec, [(i, n) for i in range(n)], what=f"evaluation of {model}")
+    parts = [json.loads((out / "shards" / str(i) / "metrics.json").read_text()) for i in range(n)]
+    (out / "records").mkdir(parents=True, exist_ok=True)
+    results, per_bench_seconds = {}, {}
+    for b in benches:
+        kb = sampling[b.key][0]
+        shard_records = [_read_jsonl(out / "shards" / str(i) / "records" / f"{b.key}.jsonl") for i in range(n)]
+        records = []
+        for j in range(sum(p["n_tasks"][b.key] for p in parts)):  # task j was shard j % n's (j // n)-th
+            i, at = j % n, j // n
+            records += shard_records[i][at * kb:(at + 1) * kb]
+        results[b.key] = summarize_records(records, len(records) // kb if kb else 0, kb)
+        per_bench_seconds[b.key] = max(p["seconds_per_benchmark"][b.key] for p in parts)
+        _write_jsonl(out / "records" / f"{b.key}.jsonl", records)
+    tokens = [p.get("generated_tokens") for p in parts]
+    metrics = _metrics(cfg, model, suites, sampling, results, time.perf_counter() - t0, per_bench_seconds,
+                       {b.key: parts[0]["limits"][b.key] for b in benches},
+                       sum(tokens) if all(t is not None for t in tokens) else None,
+                       sum(p.get("generate_seconds", 0.0) for p in parts))
+    metrics["shards"] = n
+    _atomic_write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def _worker_main(argv: list[str] | None = None) -> None:
@@ -550,19 +658,25 @@ def _worker_main(argv: list[str] | None = None) -> None:
     import sys
 
     p = argparse.ArgumentParser(prog="python -m acl_lib.eval.harness")
-    p.add_argument("--job", required=True, help="JSON written by evaluate_in_subprocess")
-    spec = json.loads(Path(p.parse_args(argv).job).read_text())
+    p.add_argument("--job", required=True, help="JSON written by evaluate_in_subprocess / evaluate_sharded")
+    p.add_argument("--shard", type=int, default=None, help="this process's shard (evaluate_sharded)")
+    p.add_argument("--of", type=int, default=None, help="the number of shards")
+    args = p.parse_args(argv)
+    spec = json.loads(Path(args.job).read_text())
+    shard = (args.shard, args.of) if args.shard is not None else None
+    out_dir = Path(spec["out_dir"]) / str(args.shard) if spec.get("shard_dirs") else spec["out_dir"]
     # The progress lines go to stderr, which the parent passes on (to the notebook cell and the run's log).
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     progress_log = logging.getLogger("acl.progress")
     progress_log.addHandler(handler)
     progress_log.setLevel(logging.INFO)
-    evaluate(Config.model_validate(spec["config"]), spec["model"], spec["out_dir"], suites=spec["suites"],
-             k=spec["k"], benchmarks=spec["benchmarks"])
+    evaluate(Config.model_validate(spec["config"]), spec["model"], out_dir, suites=spec["suites"],
+             k=spec["k"], benchmarks=spec["benchmarks"], shard=shard)
 
 
-def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]], policy, benches) -> dict:
+def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]], policy, benches,
+              shard: tuple[int, int] | None = None) -> dict:
     out = Path(out_dir)
     (out / "records").mkdir(parents=True, exist_ok=True)
     envs: dict[str, object] = {}
@@ -576,9 +690,13 @@ def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]
         if b.env not in envs:
             envs[b.env] = world(cfg, b.env)
         tasks[b.key] = envs[b.env].tasks(b.split, sizes[b.key], seed=cfg.worlds.seed)
+        if shard is not None:  # this process's share: every n-th task from the i-th (evaluate_sharded)
+            tasks[b.key] = tasks[b.key][shard[0]::shard[1]]
     with Progress(sum(len(tasks[b.key]) * sampling[b.key][0] for b in benches), "eval", unit="episode") as bar:
+        tokens_by: dict[str, int] = {}
         for b in benches:
             tb = time.perf_counter()
+            tokens_before = getattr(policy, "generated_tokens", None)
             max_turns, max_new_tokens = cfg.eval.limits_for(b.key)
             k, temperature = sampling[b.key]
             if hasattr(policy, "max_new_tokens"):  # a model's per-turn budget; the scripted policies have none
@@ -590,19 +708,88 @@ def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]
                 # alone or after others
                 import torch
 
-                torch.manual_seed(benchmark_seed(cfg.seed, b.key))
+                torch.manual_seed(benchmark_seed(cfg.seed, b.key) + (shard[0] if shard else 0))
             summary, records = evaluate_benchmark(
                 policy, b, envs[b.env], sizes[b.key], k, max_turns, task_seed=cfg.worlds.seed,
                 batch_size=max(cfg.eval.batch_size, 1) * 4, progress=bar.update, tasks=tasks[b.key],
             )
             per_bench_seconds[b.key] = round(time.perf_counter() - tb, 2)
+            if tokens_before is not None:
+                tokens_by[b.key] = policy.generated_tokens - tokens_before
             results[b.key] = summary
             _write_jsonl(out / "records" / f"{b.key}.jsonl", records)
             bar.stats.clear()  # the line shows the last benchmark's score
             bar.update(0, **{b.key: round(summary["score"], 1)})
-    elapsed = time.perf_counter() - t0
+    metrics = _metrics(cfg, model, suites, sampling, results, time.perf_counter() - t0, per_bench_seconds, limits,
+                       getattr(policy, "generated_tokens", None), getattr(policy, "generate_seconds", 0.0))
+    if tokens_by:
+        metrics["generated_tokens_by_benchmark"] = tokens_by
+    if shard is not None:
+        metrics["shard"] = list(shard)
+    _atomic_write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def evaluation_estimate(cfg, benchmarks: list[str] | None = None, history: dict | None = None) -> dict:
+    """What one evaluation under ``cfg`` will do, before it starts: per benchmark the episodes (tasks x k) and the
+    tokens it may generate, and the whole run's time at ``eval.tokens_per_s`` per shard (``eval.shards`` of them).
+
+    Tokens per episode come from ``history`` (an earlier evaluation's ``metrics.json`` in the same store: its
+    generated tokens per episode of that benchmark) where it has them, else from the caps (every turn to
+    ``max_new_tokens``, ``max_turns`` turns: an upper bound, often far above what a model writes). Retrieval,
+    tool and simulator time are not in it."""
+    benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(cfg.eval.suites)
+    sampling = sampling_plan(cfg, benches)
+    envs: dict[str, object] = {}
+    rows = {}
+    for b in benches:
+        try:
+            env = envs.setdefault(b.env, world(cfg, b.env))
+            n = len(env.tasks(b.split, benchmark_size(cfg, b), seed=cfg.worlds.seed))
+        except (FileNotFoundError, ValueError) as exc:  # the data is not there yet: the estimate says so
+            rows[b.key] = {"episodes": None, "tokens": None, "basis": f"no tasks ({exc})"}
+            continue
+        episodes = n * sampling[b.key][0]
+        max_turns, max_new_tokens = cfg.eval.limits_for(b.key)
+        seen = (history or {}).get("generated_tokens_by_benchmark", {}).get(b.key)
+        seen_eps = ((history or {}).get("n_tasks", {}).get(b.key) or 0) * \
+            ((history or {}).get("k_by_benchmark", {}).get(b.key) or 0)
+        if seen is not None and seen_eps:
+            per, basis = seen / seen_eps, "measured"
+        else:
+            per, basis = max_turns * max_new_tokens, "cap"
+        rows[b.key] = {"episodes": episodes, "tokens": int(episodes * per), "basis": basis}
+    total = sum(r["tokens"] or 0 for r in rows.values())
+    rate = cfg.eval.tokens_per_s * cfg.eval.shards
+    return {"benchmarks": rows, "episodes": sum(r["episodes"] or 0 for r in rows.values()), "tokens": total,
+            "shards": cfg.eval.shards, "tokens_per_s": cfg.eval.tokens_per_s,
+            "hours": total / rate / 3600 if rate else None,
+            "upper_bound": any(r["basis"] == "cap" for r in rows.values())}
+
+
+def format_estimate(est: dict) -> str:
+    """One paragraph for the log: episodes, tokens (measured or capped), the hours at the configured rate."""
+    parts = []
+    for key, r in est["benchmarks"].items():
+        if r["episodes"] is None:
+            parts.append(f"{key}: {r['basis']}")
+        else:
+            parts.append(f"{key} {r['episodes']:,} episodes ~{r['tokens'] / 1e6:.2f}M tokens"
+                         + (" (caps)" if r["basis"] == "cap" else ""))
+    head = (f"evaluation estimate: {est['episodes']:,} episodes, "
+            f"{'at most ' if est['upper_bound'] else '~'}{est['tokens'] / 1e6:.1f}M generated tokens")
+    if est["hours"] is not None:
+        head += (f", {'at most ' if est['upper_bound'] else '~'}{est['hours']:.1f} h at {est['tokens_per_s']:,.0f} "
+                 f"tokens/s on each of {est['shards']} shard(s) (generation only: retrieval and simulated customers "
+                 "come on top)")
+    return head + ". " + "; ".join(parts)
+
+
+def _metrics(cfg, model, suites, sampling, results: dict[str, dict], elapsed: float, per_bench_seconds: dict,
+             limits: dict, generated_tokens, generate_seconds: float) -> dict:
+    """``metrics.json`` from the benchmarks' summaries (``summarize_records``)."""
     k_by = {key: r["k"] for key, r in results.items()}
-    metrics = {
+    return {
         "scores": {key: round(r["score"], 2) for key, r in results.items()},
         # binomial standard error of each score, in points (acl_lib.noise); None for a benchmark without tasks
         "se": {key: round(binomial_se(r["score"], r["n_tasks"], r["k"]), 2) if r["n_tasks"] else None
@@ -626,11 +813,9 @@ def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]
         "elapsed_s": round(elapsed, 2),
         "seconds_per_benchmark": per_bench_seconds,
         "limits": limits,
-        "generated_tokens": getattr(policy, "generated_tokens", None),
-        "generate_seconds": round(getattr(policy, "generate_seconds", 0.0), 2),
+        "generated_tokens": generated_tokens,
+        "generate_seconds": round(generate_seconds, 2),
     }
-    _atomic_write_json(out / "metrics.json", metrics)
-    return metrics
 
 
 def _atomic_write_json(path: Path, obj) -> None:
