@@ -450,3 +450,48 @@ def test_format_and_parse_passages_round_trip():
     assert text == 'Doc 1(Title: "Mercury (planet)") The smallest planet.\nDoc 2(Title: "B") line'
     assert parse_passages(text) == [("Mercury (planet)", "The smallest planet."), ("B", "line")]
     assert build_world(0, 12, 4, 4) is build_world(0, 12, 4, 4)  # one world per (seed, sizes), cached
+
+
+def test_search_many_is_search_for_every_query(mini_env):
+    """Issue 32 item 13: a batch of queries in one bm25s call returns what one call per query returns."""
+    r = mini_env.retriever
+    tasks = mini_env.tasks("test", 6) + mini_env.tasks("multi_hop", 3)
+    queries = [t.user_prompt for t in tasks] + ["", "the of and"]  # empty, and nothing but stopwords
+    k = mini_env.topk
+    assert r.search_many(queries, k) == [r.search(q, k) for q in queries]
+    with _RetrievalServer(r) as srv:
+        client = HTTPRetriever(srv.url)
+        assert client.search_many(queries[:4], k) == [client.search(q, k) for q in queries[:4]]
+        assert [len(body["queries"]) for _, body in srv.requests] == [4, 1, 1, 1, 1]  # one request for the batch
+
+
+def test_a_rounds_searches_are_retrieved_in_one_batch(mini_env, tmp_path):
+    """The evaluator hands a round's turns to SearchEpisode.prefetch first: one search_many per round of turns
+    instead of one search per episode, with the same scores and transcripts."""
+    from acl_lib.eval.harness import ExpertPolicy, run_episodes
+
+    calls = {"many": [], "one": 0}
+    r = mini_env.retriever
+
+    class Counting:
+        def search(self, q, k):
+            calls["one"] += 1
+            return r.search(q, k)
+
+        def search_many(self, qs, k):
+            calls["many"].append(len(qs))
+            return r.search_many(qs, k)
+
+    tasks = mini_env.tasks("test", 8)
+    plain = [mini_env.start(t, max_turns=8) for t in tasks]
+    counting = Counting()  # the episodes of one world share its retriever
+    for ep in plain:
+        ep.retriever = counting
+    run_episodes(ExpertPolicy(), plain, batch_size=8)
+    assert calls["one"] == 0 and calls["many"] and max(calls["many"]) == 8  # the first round: all 8 searches at once
+    assert all(ep.reward() == 1.0 for ep in plain)
+    unbatched = [mini_env.start(t, max_turns=8) for t in tasks]
+    for ep in unbatched:
+        while not ep.done:
+            ep.step(scripted_expert(ep.task, ep.messages))
+    assert [ep.messages for ep in plain] == [ep.messages for ep in unbatched]

@@ -126,6 +126,19 @@ def step_workers(episodes: Sequence[Episode]) -> int:
     return min((getattr(ep, "step_concurrency", 1) for ep in episodes), default=1)
 
 
+def prefetch(episodes: Sequence[Episode], texts: Sequence[str | None]) -> None:
+    """Before a round of turns is stepped: let the episodes whose steps look things up (a class with a static
+    ``prefetch(episodes, texts)``, ``search.SearchEpisode``) fetch the round's lookups in one batch."""
+    groups: dict[type, tuple[list, list]] = {}
+    for ep, text in zip(episodes, texts):
+        if isinstance(text, str) and hasattr(type(ep), "prefetch"):
+            eps, txts = groups.setdefault(type(ep), ([], []))
+            eps.append(ep)
+            txts.append(text)
+    for kind, (eps, txts) in groups.items():
+        kind.prefetch(eps, txts)
+
+
 def map_concurrently(fn: Callable[[Any], Any], items: Sequence, workers: int) -> list:
     """``[fn(x) for x in items]``, in ``workers`` threads when ``workers`` > 1 (results in order; the first
     exception is re-raised here)."""

@@ -23,6 +23,14 @@ def _tokenize_queries(queries: list[str]) -> list[list[str]]:
     return bm25s.tokenize(queries, stopwords="en", return_ids=False, show_progress=False)
 
 
+try:  # bm25s's fast scoring backend, where numba is installed (the gpu extra); numpy otherwise
+    import numba  # noqa: F401
+
+    _BACKEND = "numba"
+except ImportError:
+    _BACKEND = "numpy"
+
+
 class BM25Retriever:
     """BM25 (bm25s) over a list of ``{"id", "contents"}`` documents.
 
@@ -107,16 +115,24 @@ class BM25Retriever:
 
     def search(self, query: str, k: int) -> list[dict]:
         """Top-``k`` documents (``id``, ``contents``, ``score``) with a positive BM25 score, best first."""
-        tokens = _tokenize_queries([query])
+        return self.search_many([query], k)[0]
+
+    def search_many(self, queries: list[str], k: int) -> list[list[dict]]:
+        """``search`` for every query, in one ``bm25s`` call over all of them (its threads, and its numba backend
+        where numba is installed): what a turn of many search episodes asks, retrieved as one batch."""
+        tokens = _tokenize_queries(list(queries))
         n_docs = int(self.bm25.scores["num_docs"])
-        if not tokens[0] or n_docs == 0:
-            return []
-        ids, scores = self.bm25.retrieve(tokens, k=min(k, n_docs), show_progress=False)
-        out = []
-        for i, s in zip(ids[0], scores[0]):
-            if s > 0:
-                doc = self._get_doc(int(i))
-                out.append({"id": str(doc.get("id", i)), "contents": doc["contents"], "score": float(s)})
+        out: list[list[dict]] = [[] for _ in queries]
+        live = [i for i, t in enumerate(tokens) if t]
+        if not live or n_docs == 0:
+            return out
+        ids, scores = self.bm25.retrieve([tokens[i] for i in live], k=min(k, n_docs), show_progress=False,
+                                         n_threads=0 if len(live) == 1 else -1, backend_selection=_BACKEND)
+        for row, i in enumerate(live):
+            for j, sc in zip(ids[row], scores[row]):
+                if sc > 0:
+                    doc = self._get_doc(int(j))
+                    out[i].append({"id": str(doc.get("id", j)), "contents": doc["contents"], "score": float(sc)})
         return out
 
 
@@ -148,18 +164,25 @@ class HTTPRetriever:
         self.timeout = timeout
 
     def search(self, query: str, k: int) -> list[dict]:
-        body = json.dumps({"queries": [query], "topk": k, "return_scores": True}).encode()
+        return self.search_many([query], k)[0]
+
+    def search_many(self, queries: list[str], k: int) -> list[list[dict]]:
+        """Every query in one request (the service's batch API)."""
+        body = json.dumps({"queries": list(queries), "topk": k, "return_scores": True}).encode()
         req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"}, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 payload = json.loads(resp.read().decode("utf-8"))
-            docs = []
-            for item in payload["result"][0]:
-                # without return_scores the server returns bare documents; accept both shapes
-                doc = item["document"] if "document" in item else item
-                docs.append({"id": str(doc.get("id", "")), "contents": str(doc["contents"]),
-                             "score": item.get("score")})
-            return docs[:k]
+            results = []
+            for q in range(len(queries)):
+                docs = []
+                for item in payload["result"][q]:
+                    # without return_scores the server returns bare documents; accept both shapes
+                    doc = item["document"] if "document" in item else item
+                    docs.append({"id": str(doc.get("id", "")), "contents": str(doc["contents"]),
+                                 "score": item.get("score")})
+                results.append(docs[:k])
+            return results
         # URLError and timeouts are OSErrors; a bad payload raises one of the others
         except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError) as exc:
             raise ToolError(f"retriever unavailable: {type(exc).__name__}: {exc}") from None

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acl_lib.chat import format_tool_call
+from acl_lib.chat import ToolCall, format_tool_call, parse_assistant
 from acl_lib.config import WorldsConfig
 from acl_lib.envs.base import Environment, Task, ToolEpisode, ToolError, function_schema
 from acl_lib.envs.retrievers import BM25Retriever, HTTPRetriever
@@ -486,6 +486,7 @@ class SearchEpisode(ToolEpisode):
         super().__init__(task, max_turns=max_turns)
         self.retriever = retriever
         self.topk = topk
+        self._prefetched: dict[str, list[dict]] = {}  # query -> documents (prefetch), used once each
         self.final_text: str | None = None
         self.prediction: str | None = None
 
@@ -495,8 +496,30 @@ class SearchEpisode(ToolEpisode):
     def _search(self, query: str) -> str:
         if not query.strip():
             raise ToolError("query must be a non-empty string")
-        docs = self.retriever.search(query[:1000], self.topk)
+        q = query[:1000]
+        docs = self._prefetched.pop(q) if q in self._prefetched else self.retriever.search(q, self.topk)
         return format_passages(docs) if docs else "No results found."
+
+    @staticmethod
+    def prefetch(episodes: list[SearchEpisode], texts: list[str]) -> None:
+        """Before a round of turns is stepped: the searches the turns ``texts`` will make, retrieved in one batch per
+        retriever (``search_many``) and kept on each episode for its ``_search``. A failing retriever leaves the
+        searches to be made (and fail) one by one, as without this."""
+        wanted: dict[int, tuple[object, int, list]] = {}
+        for ep, text in zip(episodes, texts):
+            queries = [c.arguments["query"][:1000] for c in parse_assistant(text).calls
+                       if isinstance(c, ToolCall) and c.name == "search"
+                       and isinstance(c.arguments.get("query"), str) and c.arguments["query"].strip()]
+            if queries:
+                wanted.setdefault(id(ep.retriever), (ep.retriever, ep.topk, []))[2].append((ep, queries))
+        for retriever, topk, items in wanted.values():
+            unique = list(dict.fromkeys(q for _, qs in items for q in qs))
+            try:
+                found = dict(zip(unique, retriever.search_many(unique, topk)))
+            except ToolError:
+                continue
+            for ep, qs in items:
+                ep._prefetched.update({q: found[q] for q in qs})
 
     def on_text(self, content: str) -> list[dict]:
         self.final_text = content

@@ -41,7 +41,7 @@ from typing import Protocol
 from acl_lib.atomic import atomic_write_text
 from acl_lib.config import Config, UserSimConfig, project_root
 from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, llm_user, make_env, scripted_expert
-from acl_lib.envs.base import Episode, Task, map_concurrently, step_workers
+from acl_lib.envs.base import Episode, Task, map_concurrently, prefetch, step_workers
 from acl_lib.eval.turns import TurnGenerator
 from acl_lib.noise import binomial_se, samples_per_task
 from acl_lib.progress import Progress
@@ -389,6 +389,7 @@ def _step_all(chunk: list[Episode], texts: list[str | None]) -> None:
         else:
             ep.step(text)
 
+    prefetch(chunk, [t if not isinstance(t, FailedTurn) else None for t in texts])  # the round's searches, batched
     map_concurrently(step, list(zip(chunk, texts)), step_workers(chunk))
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from acl_lib.envs import STAGE_ENV
 from acl_lib.envs import make_env as make_world
-from acl_lib.envs.base import Environment, Episode, Task, map_concurrently, step_workers
+from acl_lib.envs.base import Environment, Episode, Task, map_concurrently, prefetch, step_workers
 from acl_lib.eval.harness import split_turn, stop_token_ids
 from acl_lib.eval.turns import TurnGenerator
 
@@ -346,6 +346,7 @@ def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_com
             stepped.append((i, text))
         # The round's steps together: a remote simulated customer answers them in threads (envs.base.step_workers)
         # instead of one request after the other.
+        prefetch([episodes[i] for i, _ in stepped], [text for _, text in stepped])  # the round's searches, batched
         observations = map_concurrently(lambda item: episodes[item[0]].step(item[1]), stepped,
                                         step_workers([episodes[i] for i, _ in stepped]))
         still = []
