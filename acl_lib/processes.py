@@ -1,4 +1,5 @@
-"""Stopping processes and everything they started, for Ctrl-C and for probes given up on.
+"""Stopping processes and everything they started, for Ctrl-C and for probes given up on; and running a call in a
+child process of its own (``call_in_child``), so an accelerator engine's memory goes when the child ends.
 
 A kernel, or a headless Chrome, may start processes in sessions of their own: killing one process group
 misses them. ``kill_tree`` collects the descendants first (before their parent dies and they are re-parented),
@@ -50,3 +51,51 @@ def kill_tree(pid: int, include_root: bool = True, grace_s: float = 2.0) -> list
 def kill_children(grace_s: float = 2.0) -> list[int]:
     """``kill_tree`` of everything this process started (not this process)."""
     return kill_tree(os.getpid(), include_root=False, grace_s=grace_s)
+
+
+def call_in_child(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in a fresh Python process (``spawn``), its return value sent back (picklable).
+
+    For work that owns an accelerator engine (a vLLM engine sampling an oracle, scoring a merge candidate): what
+    the engine held on the GPU (weights, KV cache, CUDA context, its worker processes) is gone when the child
+    ends, so the next engine, or the SFT job that follows in the notebook's process, finds the memory free. ``fn``
+    must be importable (a module-level function); the child's output goes where this process's goes. An exception
+    in the child is raised here as ``RuntimeError`` with the child's traceback; an interrupt here stops the child
+    and everything it started."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    parent_end, child_end = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child_main, args=(child_end, fn, args, kwargs), daemon=False)
+    proc.start()
+    child_end.close()
+    try:
+        try:
+            ok, payload = parent_end.recv()
+        except EOFError:  # the child died without answering (killed, out of memory)
+            proc.join()
+            raise RuntimeError(f"{getattr(fn, '__qualname__', fn)} in a child process ended with exit code "
+                               f"{proc.exitcode} before returning") from None
+        proc.join()
+    except BaseException:
+        if proc.is_alive():
+            kill_tree(proc.pid)
+        raise
+    finally:
+        parent_end.close()
+    if not ok:
+        raise RuntimeError(f"{getattr(fn, '__qualname__', fn)} failed in a child process:\n{payload}")
+    return payload
+
+
+def _child_main(conn, fn, args, kwargs) -> None:
+    import traceback
+
+    try:
+        result = (True, fn(*args, **kwargs))
+    except BaseException:  # noqa: BLE001 - everything goes back to the parent, which raises it
+        result = (False, traceback.format_exc())
+    try:
+        conn.send(result)
+    finally:
+        conn.close()

@@ -206,3 +206,43 @@ def test_the_paper_profile_samples_its_cold_starts_from_the_base_and_mini_keeps_
     assert recipe["sft.teacher"] == "base" and recipe["sft.samples_per_task"] == "4"
     recipe = views.recipe_frame(mini, "search")["value"]
     assert recipe["sft.teacher"] == "expert" and "sft.samples_per_task" not in recipe
+
+
+def test_with_engines_in_child_processes_the_demos_are_the_same(tmp_path):
+    """Issue 32 item 6: with launcher.eval_subprocess (the paper profile's switch) a local teacher samples in a
+    process of its own, so its engine's memory is gone before the SFT job; the demos are the in-process ones."""
+    over = {"model.base_model": str(MINI_BASE), "pipeline.cold_start.math": True, "sft.teacher": "base",
+            "sft.samples_per_task": 4, "sft.teacher_temperature": 0.3, "sft.num_demos": 4}
+    here = stage.cold_start_demos(tiny_cfg(tmp_path / "a", **over), "math", str(MINI_BASE))
+    child = stage.cold_start_demos(tiny_cfg(tmp_path / "b", **over, **{"launcher.eval_subprocess": True}), "math",
+                                   str(MINI_BASE))
+    assert child == here and here[1]["tried"] > 0
+
+
+def test_call_in_child_returns_raises_and_reports_a_dead_child():
+    import os
+
+    from acl_lib.processes import call_in_child
+
+    assert call_in_child(divmod, 17, 5) == (3, 2)
+    with pytest.raises(RuntimeError, match=r"(?s)failed in a child process:.*ZeroDivisionError"):
+        call_in_child(divmod, 1, 0)
+    with pytest.raises(RuntimeError, match="ended with exit code 3 before returning"):
+        call_in_child(os._exit, 3)
+
+
+def test_merge_validation_and_sdft_sampling_in_child_processes_score_the_same(base_dir, tmp_path):
+    """Issue 32 item 6: a merge candidate's validation and an oracle's SDFT samples, each in a child process
+    (launcher.eval_subprocess), are what they are in the notebook's process."""
+    from acl_lib.consolidate.merging import validation_scores
+    from acl_lib.consolidate.sdft.sampling import sample_oracle
+
+    cfg = tiny_cfg(tmp_path)
+    child_cfg = tiny_cfg(tmp_path, **{"launcher.eval_subprocess": True})
+    ids_here, ids_child = {}, {}
+    here = validation_scores(cfg, str(base_dir), ["math", "if"], 2, ids_here)
+    child = validation_scores(child_cfg, str(base_dir), ["math", "if"], 2, ids_child)
+    assert child == here and ids_child == ids_here and set(ids_here) == {"math", "if"}
+    from acl_lib.processes import call_in_child
+
+    assert call_in_child(sample_oracle, cfg, "if", str(base_dir)) == sample_oracle(cfg, "if", str(base_dir))

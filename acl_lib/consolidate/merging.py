@@ -45,6 +45,7 @@ from acl_lib import pipeline
 from acl_lib.diagnostics.weights import _progress, _Readers, resolve_model_dir, safetensors_index
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
 from acl_lib.eval import harness  # called through the module: tests swap harness.world / make_policy
+from acl_lib.processes import call_in_child
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
 
@@ -436,6 +437,12 @@ def validation_scores(cfg, model: str, domains: Sequence[str], n_tasks: int, rec
     dict that keeps the worlds built between calls (a search scores many candidates on the same worlds)."""
     if n_tasks < 1:
         raise ValueError(f"validation needs at least one task per domain, got {n_tasks}")
+    if cfg.launcher.eval_subprocess and model not in ("expert", "null"):
+        # the candidate's engine in a process of its own (up to ~20 per search): its GPU memory goes with it
+        scores, ids = call_in_child(_validation_in_child, cfg, str(model), list(domains), n_tasks)
+        if record is not None:
+            record.update(ids)
+        return scores
     if model not in ("expert", "null"):
         seed_and_threads(cfg.seed, cfg.torch_threads)
     policy = harness.make_policy(str(model), cfg)
@@ -457,6 +464,12 @@ def validation_scores(cfg, model: str, domains: Sequence[str], n_tasks: int, rec
         if hasattr(policy, "close"):
             policy.close()
     return scores
+
+
+def _validation_in_child(cfg, model: str, domains: list[str], n_tasks: int) -> tuple[dict, dict]:
+    record: dict = {}
+    no_child = cfg.model_copy(update={"launcher": cfg.launcher.model_copy(update={"eval_subprocess": False})})
+    return validation_scores(no_child, model, domains, n_tasks, record), record
 
 
 def candidate_grid(grid: Sequence[float], k: int) -> list[tuple[float, ...]]:

@@ -41,6 +41,7 @@ from acl_lib.envs import STAGE_ENV, scripted_expert
 from acl_lib.eval.endpoint import EndpointPolicy
 from acl_lib.eval.harness import make_policy, model_dir_problem
 from acl_lib.model import base_checkpoint
+from acl_lib.processes import call_in_child
 from acl_lib.progress import Progress
 from acl_lib.seeding import seed_everything
 from acl_lib.train import common, sft
@@ -100,16 +101,11 @@ def cold_start_demos(cfg, domain: str, init_model_dir: str) -> tuple[list[dict],
                                         max_turns=cfg.grpo.max_turns, num_demos=s.num_demos, dedup=True)
         return rows, {"teacher": "expert", "source": "the scripted expert", "teacher_model": None, **stats}
     model = teacher_model(cfg, init_model_dir)
-    seed_everything(cfg.seed + 1)  # the samples do not depend on what ran before in this process
-    policy = teacher_policy(cfg, model)
-    try:
-        with Progress(len(tasks) * s.samples_per_task, f"cold start {domain}: sampling", unit="episode") as bar:
-            rows, stats = sft.collect_demos(env, policy, tasks, max_turns=cfg.grpo.max_turns, num_demos=s.num_demos,
-                                            batched=True, batch_size=cfg.eval.batch_size,
-                                            samples_per_task=s.samples_per_task, dedup=True, progress=bar.update)
-    finally:
-        if hasattr(policy, "close"):
-            policy.close()  # the accelerator's memory goes back before the SFT job starts
+    if cfg.launcher.eval_subprocess and not s.teacher_url:
+        # a local teacher's engine in a process of its own: its GPU memory is free when the SFT job starts
+        rows, stats = call_in_child(_sampled_demos, cfg, domain, model)
+    else:
+        rows, stats = _sampled_demos(cfg, domain, model, env, tasks)
     if s.teacher_url:
         source = f"{model} served at {s.teacher_url}"
     else:
@@ -117,6 +113,23 @@ def cold_start_demos(cfg, domain: str, init_model_dir: str) -> tuple[list[dict],
     return rows, {"teacher": s.teacher, "source": source, "teacher_model": model, "teacher_url": s.teacher_url,
                   "temperature": s.teacher_temperature, "top_p": s.teacher_top_p,
                   "max_new_tokens": cfg.grpo.max_new_tokens, **stats}
+
+
+def _sampled_demos(cfg, domain: str, model: str, env=None, tasks=None) -> tuple[list[dict], dict]:
+    """``sft.collect_demos`` with ``model`` as the teacher (``teacher_policy``) over ``demo_tasks``."""
+    s = cfg.sft
+    env = env if env is not None else make_env(domain, cfg)
+    tasks = tasks if tasks is not None else demo_tasks(env, cfg)
+    seed_everything(cfg.seed + 1)  # the samples do not depend on what ran before in this process
+    policy = teacher_policy(cfg, model)
+    try:
+        with Progress(len(tasks) * s.samples_per_task, f"cold start {domain}: sampling", unit="episode") as bar:
+            return sft.collect_demos(env, policy, tasks, max_turns=cfg.grpo.max_turns, num_demos=s.num_demos,
+                                     batched=True, batch_size=cfg.eval.batch_size,
+                                     samples_per_task=s.samples_per_task, dedup=True, progress=bar.update)
+    finally:
+        if hasattr(policy, "close"):
+            policy.close()  # the accelerator's memory goes back before the SFT job starts
 
 
 def cold_start(cfg, domain: str, init_model_dir: str, out_dir: str | Path) -> str:

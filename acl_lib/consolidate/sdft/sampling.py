@@ -23,6 +23,7 @@ from acl_lib.consolidate.merging import validation_seed
 from acl_lib.consolidate.sdft.filtering import filter_episodes
 from acl_lib.envs import STAGE_ENV
 from acl_lib.eval.harness import HFPolicy, VLLMPolicy, run_episodes, world
+from acl_lib.processes import call_in_child
 from acl_lib.progress import Progress
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
@@ -175,6 +176,18 @@ def load_rows(path) -> list[dict]:
     return out
 
 
+def sample_oracle(cfg, domain: str, model: str, policy_for=None) -> tuple[list[dict], dict]:
+    """``sample_domain`` with the oracle in ``model`` (its ``sampling_policy``, or ``policy_for``'s), seeded."""
+    seed_and_threads(sample_seed(cfg), cfg.torch_threads)
+    _, max_new = domain_limits(cfg, domain)
+    policy = policy_for(domain, model, max_new) if policy_for else sampling_policy(cfg, model, max_new)
+    try:
+        return sample_domain(cfg, domain, policy)
+    finally:
+        if hasattr(policy, "close"):
+            policy.close()
+
+
 def run_sdft_data(cfg, policy_for=None):
     """Sample and filter every domain from its oracle (skipped when ``sdft_data`` is complete). ``policy_for``:
     ``(domain, model_dir, max_new_tokens) -> policy`` instead of the oracle's ``sampling_policy`` (tests).
@@ -186,15 +199,12 @@ def run_sdft_data(cfg, policy_for=None):
         rows, stats = [], {}
         with Progress(len(cfg.pipeline.curriculum), "sdft: sampling", unit="domain") as bar:
             for d, oracle in zip(cfg.pipeline.curriculum, r.inputs):
-                seed_and_threads(sample_seed(cfg), cfg.torch_threads)
-                _, max_new = domain_limits(cfg, d)
                 model = str(pipeline.model_dir(oracle))
-                policy = policy_for(d, model, max_new) if policy_for else sampling_policy(cfg, model, max_new)
-                try:
-                    got, st = sample_domain(cfg, d, policy)
-                finally:
-                    if hasattr(policy, "close"):
-                        policy.close()
+                if policy_for is None and cfg.launcher.eval_subprocess:
+                    # each oracle's engine in a process of its own: its GPU memory is free for the next one
+                    got, st = call_in_child(sample_oracle, cfg, d, model)
+                else:
+                    got, st = sample_oracle(cfg, d, model, policy_for)
                 rows += got
                 stats[d] = {"oracle": oracle.name, **st}
                 bar.update(1, **{d: st["kept"]})
