@@ -43,8 +43,18 @@ lint: $(STAMP)
 test-fast: $(STAMP) lint
 	$(VENV)/bin/pytest -m "not slow and not rehearsal" -n 2 $(PYTEST_ARGS)
 
+# The paper profile's CPU rehearsals: the tests marked `rehearsal` (two-process DeepSpeed jobs: the hostfile GRPO
+# launch, MMOPD under ZeRO-3, MLE), then the others that rehearse a cluster defect (also in make test): the env
+# file through DeepSpeed's own runner, a restart past a half-written checkpoint, the context-limit guard in a real
+# GRPO step, an evaluation sharded over two processes.
+REHEARSALS := tests/test_paper_launch.py::test_hostfile_launch_forwards_the_zero_config_to_every_node \
+	tests/test_train_checkpoints.py::test_a_run_interrupted_while_saving_resumes_from_the_last_complete_checkpoint \
+	tests/test_train_rollout.py::test_grpo_trainer_rollout_stops_at_the_models_context \
+	tests/test_eval_harness.py::test_a_sharded_evaluation_merges_into_the_unsharded_one
+
 rehearsal: $(STAMP)
 	$(VENV)/bin/pytest -m rehearsal tests/test_paper_rehearsal.py tests/test_mle.py $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(REHEARSALS) $(PYTEST_ARGS)
 
 install: $(STAMP)
 
