@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acl_lib import pipeline
+from acl_lib.atomic import write_json
 from acl_lib.consolidate.mle.experts import backbone_check, load_routed_model, run_experts
 from acl_lib.consolidate.mle.routers import (
     Context,
@@ -48,6 +49,7 @@ from acl_lib.consolidate.mle.specs import (
 from acl_lib.eval.harness import HFPolicy, VLLMPolicy, cut_at_stop, eval_device, stop_token_ids, vllm_engine_args
 from acl_lib.eval.harness import evaluate as evaluate_suite
 from acl_lib.eval.turns import TurnGenerator
+from acl_lib.processes import call_in_child
 from acl_lib.runs import run_once
 from acl_lib.seeding import seed_and_threads
 
@@ -281,16 +283,10 @@ def run_mle(cfg, spec: MLESpec, evaluate: bool = True):
         twin = eval_twin(cfg, spec)
 
         def score(r) -> None:
-            seed_and_threads(cfg.seed, cfg.torch_threads)
-            router = RecordingRouter(make_router(cfg, spec.router))
-            policy = make_mle_policy(cfg, spec, router=router)
-            try:
-                evaluate_suite(cfg, spec.name, r.path, suites="all", policy=policy)
-            finally:
-                policy.close()
-            routes = Counter(d for _, d in router.decisions)
-            r.write_json(ROUTES_JSON, {"episodes_per_expert": dict(routes),
-                                       "decisions": decisions_json(router.decisions)})
+            if cfg.launcher.eval_subprocess:  # the multi-LoRA engine in a process of its own, as every evaluation
+                call_in_child(score_mle, cfg, spec, str(r.path))
+            else:
+                score_mle(cfg, spec, str(r.path))
 
         if twin is not None and not ev.is_complete():
             run.logger.info("MLE %s routes every episode of the complete evaluation %s as it did: copied", spec.name,
@@ -299,6 +295,21 @@ def run_mle(cfg, spec: MLESpec, evaluate: bool = True):
         else:
             run_once(ev, score)
     return run
+
+
+def score_mle(cfg, spec: MLESpec, out_dir: str) -> None:
+    """Score the MLE system of ``spec`` on the whole suite into ``out_dir`` (``metrics.json``, ``records/``) and
+    write which expert each episode was routed to (``routes.json``)."""
+    seed_and_threads(cfg.seed, cfg.torch_threads)
+    router = RecordingRouter(make_router(cfg, spec.router))
+    policy = make_mle_policy(cfg, spec, router=router)
+    try:
+        evaluate_suite(cfg, spec.name, out_dir, suites="all", policy=policy)
+    finally:
+        policy.close()
+    routes = Counter(d for _, d in router.decisions)
+    write_json(Path(out_dir) / ROUTES_JSON, {"episodes_per_expert": dict(routes),
+                                              "decisions": decisions_json(router.decisions)})
 
 
 def eval_twin(cfg, spec: MLESpec):
