@@ -514,7 +514,9 @@ def test_mmopd_step_under_two_process_zero3(qwen3_dir, layout, tmp_path):
     cfg = load_config("paper", overrides={**rehearsal_overrides(tmp_path, layout, qwen3_dir),
                                           "launcher.mode": "multi_process", "launcher.num_processes": 2,
                                           "torch_threads": 2, "mmopd.max_steps": 1, "mmopd.batch_size": 4,
-                                          "mmopd.n_prompts": 2, "mmopd.teacher_placement": "offload"})
+                                          "mmopd.n_prompts": 2, "mmopd.teacher_placement": "offload",
+                                          # the ZeRO-3 config is bf16 (zero3_bf16.json): the paper's precision
+                                          "launcher.mixed_precision": "bf16"})
     assert cfg.launcher.zero_stage == 3
     teachers = {"t_math": _perturbed_copy(qwen3_dir, tmp_path / "t_math", 1),
                 "t_if": _perturbed_copy(qwen3_dir, tmp_path / "t_if", 2)}
