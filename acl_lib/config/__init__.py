@@ -473,11 +473,11 @@ class Config(_Section):
         L = self.launcher
         procs = 1 if L.mode == "in_process" else L.num_processes * L.num_nodes
         g = self.grpo
-        if g.micro_batch_size and g.batch_size % procs == 0:
-            share = g.batch_size // procs
-            if g.micro_batch_size < share and share % g.micro_batch_size:
-                raise ValueError(f"grpo.micro_batch_size {g.micro_batch_size} does not divide the {share} sequences "
-                                 f"each of the {procs} processes takes per step (grpo.batch_size {g.batch_size})")
+        if g.micro_batch_size and g.batch_size % procs == 0:  # an uneven batch split is the trainer's error
+            try:
+                micro_batches(g.batch_size, procs, g.micro_batch_size)
+            except ValueError as exc:
+                raise ValueError(f"grpo.{exc} (grpo.batch_size {g.batch_size})") from None
         return self
 
     @model_validator(mode="after")
@@ -520,6 +520,21 @@ class Config(_Section):
         if sections:
             d = {k: d[k] for k in sections}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def micro_batches(batch_size: int, processes: int, micro_batch_size: int = 0) -> tuple[int, int]:
+    """``(per_device_batch, accumulation_steps)`` of a global ``batch_size`` over ``processes``: each process's
+    share at once (``micro_batch_size`` 0), or in micro-batches of ``micro_batch_size``; a split that does not
+    divide evenly is a ``ValueError`` naming the numbers."""
+    if batch_size % processes:
+        raise ValueError(f"batch size {batch_size} is not divisible by the {processes} processes of the job")
+    share = batch_size // processes
+    if not micro_batch_size or micro_batch_size >= share:
+        return share, 1
+    if share % micro_batch_size:
+        raise ValueError(f"micro_batch_size {micro_batch_size} does not divide the {share} sequences each of the "
+                         f"{processes} processes takes per step (batch size {batch_size})")
+    return micro_batch_size, share // micro_batch_size
 
 
 def project_root(start: Path | None = None) -> Path:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from acl_lib.atomic import atomic_dir, write_json
+from acl_lib.config import micro_batches  # one split rule: the config checks it at load, the trainers use it
 from acl_lib.progress import Progress
 from acl_lib.seeding import threads_per_rank
 
@@ -71,21 +72,6 @@ def set_threads(cfg) -> None:
     import torch
 
     torch.set_num_threads(threads_per_rank(cfg.torch_threads))
-
-
-def micro_batches(batch_size: int, processes: int, micro_batch_size: int = 0) -> tuple[int, int]:
-    """``(per_device_batch, accumulation_steps)`` of a global ``batch_size`` over ``processes``: each process's
-    share at once (``micro_batch_size`` 0), or in micro-batches of ``micro_batch_size``; a split that does not
-    divide evenly is a ``ValueError`` naming the numbers."""
-    if batch_size % processes:
-        raise ValueError(f"batch size {batch_size} is not divisible by the {processes} processes of the job")
-    share = batch_size // processes
-    if not micro_batch_size or micro_batch_size >= share:
-        return share, 1
-    if share % micro_batch_size:
-        raise ValueError(f"micro_batch_size {micro_batch_size} does not divide the {share} sequences each of the "
-                         f"{processes} processes takes per step (batch size {batch_size})")
-    return micro_batch_size, share // micro_batch_size
 
 
 def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_rate: float,
