@@ -29,29 +29,7 @@ from acl_lib.envs import IN_DOMAIN
 from acl_lib.final import FinalData
 from acl_lib.pipeline import checkpoint_names
 from acl_lib.runs import CONFIG, SUPERSEDED
-from acl_lib.transcripts import show_transcripts, transcripts
-from acl_lib.views import (
-    BENCH_ORDER,
-    capability_heatmap,
-    completion_records,
-    failure_figure,
-    failure_frame,
-    forgetting_frame,
-    load_scores,
-    md_table,
-    oracle_gap_frame,
-    own_failures_frame,
-    paper_results,
-    phases_frame,
-    recipe_frame,
-    save_figure,
-    scores_frame,
-    setup_notebook,
-    stage_change_frame,
-    stage_reading,
-    static_images_available,
-    training_curves,
-)
+from acl_lib.views import BENCH_ORDER, completion_records, forgetting_frame, load_scores, md_table, paper_results
 
 __all__ = [
     # the HTML report and ``acl report``
@@ -59,13 +37,6 @@ __all__ = [
     # the README's results section
     "results_markdown", "one_seed_markdown", "final_tables_markdown", "seeds_markdown", "orders_markdown",
     "write_results_section", "RESULTS_BEGIN", "RESULTS_END", "CONSOLIDATION_ROWS",
-    # The stage notebooks call these views as ``report.<name>``: they are defined in acl_lib.views and
-    # acl_lib.transcripts (below the study's steps) and named here so that those notebooks keep working; new code
-    # imports them from where they are defined.
-    "setup_notebook", "save_figure", "static_images_available", "show_transcripts", "transcripts",
-    "capability_heatmap", "failure_figure", "failure_frame", "load_scores", "oracle_gap_frame",
-    "own_failures_frame", "paper_results", "phases_frame", "recipe_frame", "scores_frame", "stage_change_frame",
-    "stage_reading", "training_curves",
 ]
 
 

@@ -327,9 +327,10 @@ def scores_frame(scores: dict[str, dict[str, float]], paper: dict[str, dict] | N
 
 
 def stage_change_frame(scores: dict[str, dict[str, float]], before: str, after: str,
-                       paper: dict[str, dict] | None = None):
+                       paper: dict[str, dict] | None = None, se: dict[str, dict[str, float | None]] | None = None):
     """What one stage changed, benchmark by benchmark: score before and after, the change, and the study's
-    before / after / change where it reports them."""
+    before / after / change where it reports them. With ``se`` (:func:`load_standard_errors`), a column ``± change``:
+    the change's standard error (the two scores' binomial errors combined as independent)."""
     import pandas as pd
 
     paper = paper or {}
@@ -337,10 +338,14 @@ def stage_change_frame(scores: dict[str, dict[str, float]], before: str, after: 
     for b in BENCH_ORDER:
         x, y = scores.get(before, {}).get(b), scores.get(after, {}).get(b)
         px, py = (paper.get(before) or {}).get(b), (paper.get(after) or {}).get(b)
-        rows.append({"benchmark": b, "suite": BENCHMARKS[b].suite, "before": x, "after": y,
-                     "change": None if x is None or y is None else y - x,
-                     "study before": px, "study after": py,
-                     "study change": None if px is None or py is None else py - px})
+        row = {"benchmark": b, "suite": BENCHMARKS[b].suite, "before": x, "after": y,
+               "change": None if x is None or y is None else y - x}
+        if se is not None:
+            sx, sy = (se.get(before) or {}).get(b), (se.get(after) or {}).get(b)
+            row["± change"] = None if sx is None or sy is None else (sx * sx + sy * sy) ** 0.5
+        row.update({"study before": px, "study after": py,
+                    "study change": None if px is None or py is None else py - px})
+        rows.append(row)
     return pd.DataFrame(rows).set_index("benchmark")
 
 
@@ -478,8 +483,9 @@ def recipe_frame(cfg, domain: str):
 
 
 def phases_frame(run_dir: str | Path):
-    """One row per training phase of a stage run (from ``stage.json``): steps, wall seconds, first and last
-    loss and reward, and for a cold start the demonstrations kept and where they came from (``sft.teacher``)."""
+    """One row per training phase of a stage run (from ``stage.json``): steps, wall seconds and their share of the
+    stage's, first and last loss and reward, and for a cold start the demonstrations kept and where they came from
+    (``sft.teacher``)."""
     import pandas as pd
 
     info = json.loads((Path(run_dir) / "stage.json").read_text())
@@ -497,6 +503,9 @@ def phases_frame(run_dir: str | Path):
                                                                     if d.get("duplicates") else "")
             row["demos from"] = d.get("source", "the scripted expert")  # stage.json of before sft.teacher: expert
         rows.append(row)
+    total = sum(r["wall_s"] or 0.0 for r in rows)
+    for r in rows:  # the study's recipe gives RL the larger share of a stage's training compute
+        r["time share %"] = round(100.0 * r["wall_s"] / total, 1) if total and r["wall_s"] is not None else None
     return pd.DataFrame(rows).set_index("phase") if rows else pd.DataFrame()
 
 

@@ -13,7 +13,7 @@ PAPER_KEYS = {"aime26", "nq", "retail", "ifeval", "gpqa", "mmlu_redux", "single_
 
 
 def test_registry_uses_the_papers_benchmark_keys():
-    from acl_lib.report import paper_results
+    from acl_lib.views import paper_results
 
     assert set(BENCHMARKS) == PAPER_KEYS
     reported = {k for table in paper_results()["main_table"].values() for k in table}

@@ -150,7 +150,7 @@ def test_all_notebooks_execute_under_smoke(tmp_path):
     line; no cell buries its results under logs; nbconvert HTML carries every figure, with plotly.js inside."""
     from nbconvert import HTMLExporter
 
-    from acl_lib.report import static_images_available
+    from acl_lib.views import static_images_available
 
     pm, out = tmp_path / "papermill_runs", tmp_path / "outputs"
     res = subprocess.run(

@@ -50,6 +50,11 @@ def test_scores_beside_the_study_and_what_a_stage_changed(cfg):
     assert change.loc["aime26", "change"] == -30.0 and change.loc["nq", "change"] == 12.5
     assert change.loc["nq", "study change"] == pytest.approx(45.2 - 22.0)
     assert math.isnan(change.loc["retail", "change"])  # not scored: no number is made up
+    se = {"seq_math": {"aime26": 3.0, "nq": 0.0}, "seq_search": {"aime26": 4.0}}
+    with_se = views.stage_change_frame(scores, "seq_math", "seq_search", se=se)
+    assert with_se.loc["aime26", "± change"] == pytest.approx(5.0)  # independent errors: sqrt(3^2 + 4^2)
+    assert math.isnan(with_se.loc["nq", "± change"])  # one side has no standard error: none is made up
+    assert "± change" not in change.columns
 
 
 def test_failure_reasons_as_shares_of_the_episodes(cfg):
@@ -111,3 +116,16 @@ def test_each_oracles_failures_on_its_own_benchmark(cfg):
     assert list(frame["benchmark"]) == ["oracle_search: nq", "oracle_math: aime26"]
     assert list(frame["share"]) == [75.0, 50.0]
     assert views.own_failures_frame({}).empty
+
+
+def test_a_stages_phases_with_their_share_of_the_training_time(tmp_path):
+    info = {"domain": "search", "cold_start": True, "demos": {"kept": 40, "tried": 50},
+            "sft": {"steps": 30, "wall_s": 60.0, "first_loss": 2.0, "last_loss": 0.5},
+            "grpo": {"steps": 20, "wall_s": 180.0, "first_reward": 0.2, "last_reward": 0.4}}
+    (tmp_path / "stage.json").write_text(json.dumps(info))
+    frame = views.phases_frame(tmp_path)
+    assert list(frame["time share %"]) == [25.0, 75.0]
+    assert frame.loc["SFT cold start", "demos kept"] == "40 of 50"
+    info.pop("sft")
+    (tmp_path / "stage.json").write_text(json.dumps(info))  # RL alone: all of the time
+    assert list(views.phases_frame(tmp_path)["time share %"]) == [100.0]
