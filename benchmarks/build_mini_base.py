@@ -1,9 +1,10 @@
 """Build the mini base with the suite's recipe and ship it (weights, tokenizer, model card) in the repository.
 
-    python benchmarks/build_mini_base.py --set worlds.n_train=256   # the shipped base (about an hour on 2 cores;
-                                                                    # resumes), scored and shipped
+    python benchmarks/build_mini_base.py [--set KEY=VALUE ...]  # the profile's recipe, scored and shipped (resumes;
+                                                                # the shipped base's exact command is in its card)
     python benchmarks/build_mini_base.py --no-ship  # build and score only
     python benchmarks/build_mini_base.py --reuse-warmup DIR   # phase 1 taken from an earlier build
+    python benchmarks/build_mini_base.py --reuse-phases RUN   # phases 1-2 taken from an earlier build
 
 Runs notebook 00's step with ``pretrain.source=pretrain`` for the mini profile, seed 0, into
 ``outputs/base_build/`` (a run like any other: killed, it resumes from its last checkpoint), scores the result
@@ -15,6 +16,10 @@ checking the weights' sha256 against the card.
 ``copy_warmup_*`` settings, so a build that changes only phase 2 may take the finished phase 1 of an earlier
 build (its ``checkpoints/copy_warmup``) instead of recomputing it. It is refused unless the earlier warm-up's
 tokenizer is byte-identical to this build's; the card records that it was reused.
+
+``--reuse-phases RUN``: the same for phases 1 and 2 together, when only phase 3 (``pretrain.midtrain_*``) changed.
+``RUN`` is the earlier build's run directory (``.../mini/seed0/base``); it is refused unless its recorded config
+equals this build's in everything but the ``midtrain_*`` settings and its tokenizer is byte-identical.
 """
 
 from __future__ import annotations
@@ -25,9 +30,6 @@ import platform
 import time
 from datetime import date
 
-# The shipped base was built with the mini worlds at n_train 256; the profile's worlds grew since (its search
-# world follows n_train), and the corpus is drawn from worlds of the same sizes, so the exact rebuild pins it.
-SHIPPED_WORLDS = ["worlds.n_train=256"]
 RECIPE_SECTIONS = ("model", "pretrain", "worlds")
 
 
@@ -81,6 +83,50 @@ def reuse_warmup(src: str) -> None:
     pretrain.train_pretrain = train_pretrain
 
 
+def _phase12_settings(tree: dict) -> dict:
+    """The recipe sections with phase 3's settings (and where the result goes) taken out."""
+    tree = {k: dict(tree[k]) for k in RECIPE_SECTIONS}
+    tree["pretrain"] = {k: v for k, v in tree["pretrain"].items()
+                        if not k.startswith("midtrain_") and k not in ("source", "shipped_dir")}
+    return tree
+
+
+def reuse_phases(src: str) -> None:
+    """Make ``train_pretrain`` start phase 3 from the finished phases 1-2 of the build in ``src`` (checked: same
+    settings but for phase 3, same tokenizer)."""
+    import shutil
+    from pathlib import Path
+
+    import yaml
+
+    from acl_lib.train import pretrain
+
+    src_dir = Path(src)
+    needed = [src_dir / d / "model" / "model.safetensors" for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR)]
+    missing = [str(p) for p in needed if not p.is_file()]
+    if missing or not (src_dir / "config.yaml").is_file():
+        raise SystemExit(f"--reuse-phases: {src_dir} has no finished phases 1-2 (missing {missing or 'config.yaml'})")
+    theirs = _phase12_settings(yaml.safe_load((src_dir / "config.yaml").read_text()))
+    original = pretrain.train_pretrain
+
+    def train_pretrain(cfg, model_dir, corpus, out_dir):
+        ours = _phase12_settings(cfg.to_dict())
+        if ours != theirs:
+            diff = sorted(f"{sec}.{k}" for sec in ours for k in set(ours[sec]) | set(theirs.get(sec, {}))
+                          if ours[sec].get(k) != theirs.get(sec, {}).get(k))
+            raise SystemExit(f"--reuse-phases: {src_dir} was built with other phase 1-2 settings ({diff}); refused")
+        if (src_dir / "model" / "tokenizer.json").read_bytes() != (Path(model_dir) / "tokenizer.json").read_bytes():
+            raise SystemExit(f"--reuse-phases: {src_dir} was built with another tokenizer; refused")
+        for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR):
+            dest = Path(out_dir) / d
+            if not (dest / "model").exists():
+                shutil.copytree(src_dir / d, dest, dirs_exist_ok=True)
+                (dest / "REUSED_FROM").write_text(str((src_dir / d).resolve()) + "\n")
+        return original(cfg, model_dir, corpus, out_dir)
+
+    pretrain.train_pretrain = train_pretrain
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-ship", action="store_true", help="build and score, do not write acl_lib/data/mini_base")
@@ -88,8 +134,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reuse-warmup", metavar="DIR", default=None,
                     help="a finished checkpoints/copy_warmup of an earlier build with the same phase-1 settings")
     ap.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                    help=f"config overrides on the mini profile (the shipped base: {' '.join(SHIPPED_WORLDS)})")
+                    help="config overrides on the mini profile (the shipped base's are in its card's command)")
+    ap.add_argument("--reuse-phases", metavar="RUN", default=None,
+                    help="an earlier build's run directory whose phases 1-2 had this build's settings")
     args = ap.parse_args(argv)
+    if args.reuse_warmup and args.reuse_phases:
+        raise SystemExit("--reuse-warmup and --reuse-phases: give one")
+    if args.reuse_phases:
+        reuse_phases(args.reuse_phases)
     if args.reuse_warmup:
         reuse_warmup(args.reuse_warmup)
 
@@ -129,8 +181,9 @@ def main(argv: list[str] | None = None) -> None:
         "vocab_size": info["vocab_size"],
         "corpus_tokens": info["corpus_tokens"],
         "tokens_seen": tokens,
-        # with --reuse-warmup this run did not spend phase 1's time: add what the warm-up took where it ran
-        "wall_s": round(complete["duration_s"] + (warm.get("wall_s", 0.0) if args.reuse_warmup else 0.0), 1),
+        # reused phases were not spent by this run: add what they took where they ran
+        "wall_s": round(complete["duration_s"] + (warm.get("wall_s", 0.0) if args.reuse_warmup else 0.0)
+                        + (warm.get("wall_s", 0.0) + summary["wall_s"] if args.reuse_phases else 0.0), 1),
         "wall_s_copy_warmup": round(warm.get("wall_s", 0.0), 1),
         "wall_s_corpus": round(summary["wall_s"], 1),
         "midtrain": mid,
@@ -138,6 +191,8 @@ def main(argv: list[str] | None = None) -> None:
         "built_at": date.today().isoformat(),
         "copy_warmup_reused_from": ("an earlier build of this recipe, stopped in its phase 2 (the phase-2 "
                                     "settings changed)") if args.reuse_warmup else None,
+        "phases_1_2_reused_from": ("an earlier build of this recipe with other phase-3 (mid-training) settings"
+                                   if args.reuse_phases else None),
         "context_copy": gain,
         "copy_gain_during_training": [
             {"phase": r["phase"], "step": r["step"], "copy_gain": r["copy_gain"]}

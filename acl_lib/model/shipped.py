@@ -123,6 +123,9 @@ def render_card(card: dict) -> str:
         *([f"- Phase 1 was taken from an earlier build with the same phase-1 settings and a byte-identical "
            f"tokenizer (`--reuse-warmup`; {card['copy_warmup_reused_from']})."] if card.get("copy_warmup_reused_from")
           else []),
+        *([f"- Phases 1 and 2 were taken from an earlier build with the same phase 1-2 settings and a "
+           f"byte-identical tokenizer (`--reuse-phases`; {card['phases_1_2_reused_from']}); the wall time counts "
+           "their time where they ran."] if card.get("phases_1_2_reused_from") else []),
         f"- Built {card['built_at']}.",
         "",
         "## What it does",

@@ -1,0 +1,79 @@
+"""``benchmarks/build_mini_base.py --reuse-phases``: phases 1-2 of an earlier build are taken only when every
+setting but phase 3's and the tokenizer are the same."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+from acl_lib.config import load_config
+from acl_lib.train import pretrain
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def builder():
+    spec = importlib.util.spec_from_file_location("build_mini_base", ROOT / "benchmarks" / "build_mini_base.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def earlier_build(tmp_path: Path, cfg) -> Path:
+    src = tmp_path / "earlier" / "base"
+    for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR):
+        (src / d / "model").mkdir(parents=True)
+        (src / d / "model" / "model.safetensors").write_bytes(b"weights of " + d.encode())
+    (src / "model").mkdir()
+    (src / "model" / "tokenizer.json").write_text('{"tok": 1}')
+    (src / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    return src
+
+
+@pytest.fixture
+def wrapped(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(pretrain, "train_pretrain", lambda cfg, model_dir, corpus, out_dir: calls.append(out_dir))
+    model_dir = tmp_path / "init"
+    model_dir.mkdir()
+    (model_dir / "tokenizer.json").write_text('{"tok": 1}')
+    return calls, model_dir
+
+
+def test_phases_1_2_are_reused_when_only_phase_3_changed(wrapped, tmp_path):
+    calls, model_dir = wrapped
+    src = earlier_build(tmp_path, load_config("mini", ["pretrain.midtrain_steps=900"], seed=0))
+    builder().reuse_phases(str(src))
+    out = tmp_path / "new"
+    pretrain.train_pretrain(load_config("mini", ["pretrain.midtrain_steps=1000"], seed=0), model_dir, [], out)
+    assert calls == [out]
+    for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR):
+        assert (out / d / "model" / "model.safetensors").read_bytes() == b"weights of " + d.encode()
+        assert (out / d / "REUSED_FROM").is_file()
+
+
+@pytest.mark.parametrize("change, needle", [(["pretrain.max_steps=7"], "pretrain.max_steps"),
+                                            (["worlds.n_train=256"], "worlds.n_train")])
+def test_other_phase_1_2_settings_are_refused_and_named(wrapped, tmp_path, change, needle):
+    calls, model_dir = wrapped
+    src = earlier_build(tmp_path, load_config("mini", [], seed=0))
+    builder().reuse_phases(str(src))
+    with pytest.raises(SystemExit, match=needle):
+        pretrain.train_pretrain(load_config("mini", change, seed=0), model_dir, [], tmp_path / "new")
+    assert calls == [] and not (tmp_path / "new").exists()
+
+
+def test_another_tokenizer_is_refused(wrapped, tmp_path):
+    calls, model_dir = wrapped
+    src = earlier_build(tmp_path, load_config("mini", [], seed=0))
+    (model_dir / "tokenizer.json").write_text('{"tok": 2}')
+    builder().reuse_phases(str(src))
+    with pytest.raises(SystemExit, match="another tokenizer"):
+        pretrain.train_pretrain(load_config("mini", [], seed=0), model_dir, [], tmp_path / "new")
+    assert calls == []
+
+
+def test_an_unfinished_earlier_build_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="no finished phases 1-2"):
+        builder().reuse_phases(str(tmp_path / "nothing"))
