@@ -489,6 +489,16 @@ def sampling_plan(cfg, benches: Sequence[Benchmark], k: int | None = None) -> di
     return plan
 
 
+def _plan(cfg, suites: str | None, k: int | None, benchmarks: list[str] | None):
+    """``(suites, benchmarks, sampling plan)`` of one evaluation, the user simulator checked first (a missing one
+    fails now, not after math and search)."""
+    suites = suites or cfg.eval.suites
+    benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(suites)
+    sampling = sampling_plan(cfg, benches, k)
+    llm_user.preflight(cfg.worlds, {b.env for b in benches})
+    return suites, benches, sampling
+
+
 def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = None, k: int | None = None,
              policy: Policy | None = None, benchmarks: list[str] | None = None,
              shard: tuple[int, int] | None = None) -> dict:
@@ -501,11 +511,7 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
     them up. ``shard=(i, n)``: score only every n-th task of each benchmark from the i-th (a shard of
     ``evaluate_sharded``; its metrics cover that share).
     """
-    suites = suites or cfg.eval.suites
-    benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(suites)
-    sampling = sampling_plan(cfg, benches, k)
-    # a missing user simulator fails now, not after math and search
-    llm_user.preflight(cfg.worlds, {b.env for b in benches})
+    suites, benches, sampling = _plan(cfg, suites, k, benchmarks)
     if policy is None and model not in ("expert", "null"):
         # The same samples whatever ran before in this process (a notebook trains first, then evaluates).
         seed_and_threads(cfg.seed, cfg.torch_threads)
@@ -617,10 +623,7 @@ def evaluate_sharded(cfg, model: str, out_dir: str | os.PathLike, suites: str | 
     checkpoint on the full benchmarks thus uses every GPU of the node instead of one."""
     n = shards or cfg.eval.shards
     out = Path(out_dir)
-    suites = suites or cfg.eval.suites
-    benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(suites)
-    sampling = sampling_plan(cfg, benches, k)
-    llm_user.preflight(cfg.worlds, {b.env for b in benches})
+    suites, benches, sampling = _plan(cfg, suites, k, benchmarks)
     t0 = time.perf_counter()
     spec = {"config": cfg.to_dict(), "model": str(model), "out_dir": str((out / "shards").resolve()),
             "suites": suites, "k": k, "benchmarks": [b.key for b in benches], "shard_dirs": True}
