@@ -734,6 +734,9 @@ def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]
     return metrics
 
 
+_TASK_COUNTS: dict[tuple[str, str], int] = {}  # evaluation_estimate's, per (settings, benchmark)
+
+
 def evaluation_estimate(cfg, benchmarks: list[str] | None = None, history: dict | None = None) -> dict:
     """What one evaluation under ``cfg`` will do, before it starts: per benchmark the episodes (tasks x k) and the
     tokens it may generate, and the whole run's time at ``eval.tokens_per_s`` per shard (``eval.shards`` of them).
@@ -746,10 +749,15 @@ def evaluation_estimate(cfg, benchmarks: list[str] | None = None, history: dict 
     sampling = sampling_plan(cfg, benches)
     envs: dict[str, object] = {}
     rows = {}
+    # the task counts depend on the worlds and eval settings only: drawn once per process, not per evaluation
+    settings = json.dumps([cfg.worlds.model_dump(mode="json"), cfg.eval.model_dump(mode="json")], sort_keys=True)
     for b in benches:
+        key = (settings, b.key)
         try:
-            env = envs.setdefault(b.env, world(cfg, b.env))
-            n = len(env.tasks(b.split, benchmark_size(cfg, b), seed=cfg.worlds.seed))
+            if key not in _TASK_COUNTS:
+                env = envs.setdefault(b.env, world(cfg, b.env))
+                _TASK_COUNTS[key] = len(env.tasks(b.split, benchmark_size(cfg, b), seed=cfg.worlds.seed))
+            n = _TASK_COUNTS[key]
         except (FileNotFoundError, ValueError) as exc:  # the data is not there yet: the estimate says so
             rows[b.key] = {"episodes": None, "tokens": None, "basis": f"no tasks ({exc})"}
             continue
