@@ -58,29 +58,46 @@ def machine() -> str:
     return f"{os.cpu_count()} CPU cores ({cpu})"
 
 
-def reuse_warmup(src: str) -> None:
-    """Make ``train_pretrain`` start from the finished warm-up in ``src`` (checked: same tokenizer)."""
+def _start_from(flag: str, copies: dict, check=None) -> None:
+    """Make ``train_pretrain`` start from finished phases of an earlier build: ``copies`` maps each phase's
+    directory there to its place under this build (``pretrain.WARMUP_DIR``...), copied before training (marked
+    ``REUSED_FROM``) so that ``train_pretrain`` finds them finished. Refused (``SystemExit`` naming ``flag``) unless
+    the earlier build's tokenizer is byte-identical to this build's and ``check(cfg)`` (a reason or None) passes."""
     import shutil
     from pathlib import Path
 
     from acl_lib.train import pretrain
 
-    src_dir = Path(src)
-    if not (src_dir / "model" / "model.safetensors").is_file():
-        raise SystemExit(f"--reuse-warmup: no finished warm-up model in {src_dir}/model")
+    missing = [str(d / "model" / "model.safetensors") for d in copies
+               if not (d / "model" / "model.safetensors").is_file()]
+    if missing:
+        raise SystemExit(f"{flag}: no finished phase model at {', '.join(missing)}")
     original = pretrain.train_pretrain
 
     def train_pretrain(cfg, model_dir, corpus, out_dir):
+        why = check(cfg) if check else None
+        if why:
+            raise SystemExit(f"{flag}: {why}; refused")
         ours = (Path(model_dir) / "tokenizer.json").read_bytes()
-        if (src_dir / "model" / "tokenizer.json").read_bytes() != ours:
-            raise SystemExit(f"--reuse-warmup: {src_dir} was built with another tokenizer (another corpus); refused")
-        dest = Path(out_dir) / pretrain.WARMUP_DIR
-        if not (dest / "model").exists():
-            shutil.copytree(src_dir, dest, dirs_exist_ok=True)
-            (dest / "REUSED_FROM").write_text(str(src_dir.resolve()) + "\n")
+        if any((d / "model" / "tokenizer.json").read_bytes() != ours for d in copies):
+            raise SystemExit(f"{flag}: {next(iter(copies))} was built with another tokenizer (another corpus); refused")
+        for src_dir, rel in copies.items():
+            dest = Path(out_dir) / rel
+            if not (dest / "model").exists():
+                shutil.copytree(src_dir, dest, dirs_exist_ok=True)
+                (dest / "REUSED_FROM").write_text(str(src_dir.resolve()) + "\n")
         return original(cfg, model_dir, corpus, out_dir)
 
     pretrain.train_pretrain = train_pretrain
+
+
+def reuse_warmup(src: str) -> None:
+    """Make ``train_pretrain`` start from the finished warm-up in ``src`` (checked: same tokenizer)."""
+    from pathlib import Path
+
+    from acl_lib.train import pretrain
+
+    _start_from("--reuse-warmup", {Path(src): pretrain.WARMUP_DIR})
 
 
 def _phase12_settings(tree: dict) -> dict:
@@ -94,7 +111,6 @@ def _phase12_settings(tree: dict) -> dict:
 def reuse_phases(src: str) -> None:
     """Make ``train_pretrain`` start phase 3 from the finished phases 1-2 of the build in ``src`` (checked: same
     settings but for phase 3, same tokenizer)."""
-    import shutil
     from pathlib import Path
 
     import yaml
@@ -102,29 +118,17 @@ def reuse_phases(src: str) -> None:
     from acl_lib.train import pretrain
 
     src_dir = Path(src)
-    needed = [src_dir / d / "model" / "model.safetensors" for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR)]
-    missing = [str(p) for p in needed if not p.is_file()]
-    if missing or not (src_dir / "config.yaml").is_file():
-        raise SystemExit(f"--reuse-phases: {src_dir} has no finished phases 1-2 (missing {missing or 'config.yaml'})")
+    if not (src_dir / "config.yaml").is_file():
+        raise SystemExit(f"--reuse-phases: {src_dir} has no finished phases 1-2 (missing its config.yaml)")
     theirs = _phase12_settings(yaml.safe_load((src_dir / "config.yaml").read_text()))
-    original = pretrain.train_pretrain
 
-    def train_pretrain(cfg, model_dir, corpus, out_dir):
+    def check(cfg) -> str | None:
         ours = _phase12_settings(cfg.to_dict())
-        if ours != theirs:
-            diff = sorted(f"{sec}.{k}" for sec in ours for k in set(ours[sec]) | set(theirs.get(sec, {}))
-                          if ours[sec].get(k) != theirs.get(sec, {}).get(k))
-            raise SystemExit(f"--reuse-phases: {src_dir} was built with other phase 1-2 settings ({diff}); refused")
-        if (src_dir / "model" / "tokenizer.json").read_bytes() != (Path(model_dir) / "tokenizer.json").read_bytes():
-            raise SystemExit(f"--reuse-phases: {src_dir} was built with another tokenizer; refused")
-        for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR):
-            dest = Path(out_dir) / d
-            if not (dest / "model").exists():
-                shutil.copytree(src_dir / d, dest, dirs_exist_ok=True)
-                (dest / "REUSED_FROM").write_text(str((src_dir / d).resolve()) + "\n")
-        return original(cfg, model_dir, corpus, out_dir)
+        diff = sorted(f"{sec}.{k}" for sec in ours for k in set(ours[sec]) | set(theirs.get(sec, {}))
+                      if ours[sec].get(k) != theirs.get(sec, {}).get(k))
+        return f"{src_dir} was built with other phase 1-2 settings ({diff})" if diff else None
 
-    pretrain.train_pretrain = train_pretrain
+    _start_from("--reuse-phases", {src_dir / d: d for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR)}, check)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -171,6 +175,8 @@ def main(argv: list[str] | None = None) -> None:
                                     / max(1, mid["rows"]))}
     tokens = summary["tokens_seen"] + warm.get("tokens_seen", 0) + (mid["tokens_seen"] if mid else 0)
     complete = json.loads((run.path / "COMPLETE.json").read_text())
+    reused_s = (warm.get("wall_s", 0.0) if args.reuse_warmup or args.reuse_phases else 0.0) + \
+        (summary["wall_s"] if args.reuse_phases else 0.0)
     card = {
         "command": " ".join(["python benchmarks/build_mini_base.py",
                              *(["--set", *args.overrides] if args.overrides else [])]),
@@ -182,8 +188,7 @@ def main(argv: list[str] | None = None) -> None:
         "corpus_tokens": info["corpus_tokens"],
         "tokens_seen": tokens,
         # reused phases were not spent by this run: add what they took where they ran
-        "wall_s": round(complete["duration_s"] + (warm.get("wall_s", 0.0) if args.reuse_warmup else 0.0)
-                        + (warm.get("wall_s", 0.0) + summary["wall_s"] if args.reuse_phases else 0.0), 1),
+        "wall_s": round(complete["duration_s"] + reused_s, 1),
         "wall_s_copy_warmup": round(warm.get("wall_s", 0.0), 1),
         "wall_s_corpus": round(summary["wall_s"], 1),
         "midtrain": mid,

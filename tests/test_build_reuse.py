@@ -25,8 +25,7 @@ def earlier_build(tmp_path: Path, cfg) -> Path:
     for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR):
         (src / d / "model").mkdir(parents=True)
         (src / d / "model" / "model.safetensors").write_bytes(b"weights of " + d.encode())
-    (src / "model").mkdir()
-    (src / "model" / "tokenizer.json").write_text('{"tok": 1}')
+        (src / d / "model" / "tokenizer.json").write_text('{"tok": 1}')
     (src / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
     return src
 
