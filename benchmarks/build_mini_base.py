@@ -79,8 +79,9 @@ def _start_from(flag: str, copies: dict, check=None) -> None:
         if why:
             raise SystemExit(f"{flag}: {why}; refused")
         ours = (Path(model_dir) / "tokenizer.json").read_bytes()
-        if any((d / "model" / "tokenizer.json").read_bytes() != ours for d in copies):
-            raise SystemExit(f"{flag}: {next(iter(copies))} was built with another tokenizer (another corpus); refused")
+        other = [str(d) for d in copies if (d / "model" / "tokenizer.json").read_bytes() != ours]
+        if other:
+            raise SystemExit(f"{flag}: {', '.join(other)} built with another tokenizer (another corpus); refused")
         for src_dir, rel in copies.items():
             dest = Path(out_dir) / rel
             if not (dest / "model").exists():

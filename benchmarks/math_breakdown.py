@@ -6,7 +6,7 @@
 Reads each evaluation directory's ``records/aime26.jsonl`` (the mini math world's test split). The family is read
 from the problem statement as the generators write it (``acl_lib/envs/math.py``): "Solve for x" is algebra,
 "Compute" bare arithmetic, anything else a word problem. An arithmetic line is any ``a op b = r`` the model wrote
-(``op`` one of + - * /); it is right when ``r`` is the result (integer division for ``/``).
+(``op`` one of + - * /); it is right when ``r`` is the result (a division truncates, as the world's solver's).
 
 This is how the mid-trained bases' math was diagnosed (docs/mini-calibration.md): a base whose arithmetic lines
 are right one time in ten gives GRPO nothing to sharpen, whatever its budget.
@@ -18,6 +18,8 @@ import argparse
 import json
 import re
 from pathlib import Path
+
+from acl_lib.envs.math import _apply
 
 _LINE = re.compile(r"(-?\d+) ([-+*/]) (-?\d+) = (-?\d+)")
 
@@ -31,9 +33,12 @@ def family(prompt: str) -> str:
 
 
 def line_is_right(a: int, op: str, b: int, r: int) -> bool:
-    if op == "/":
-        return b != 0 and a // b == r
-    return {"+": a + b, "-": a - b, "*": a * b}[op] == r
+    """``a op b = r`` computed as the world's solver computes it (``acl_lib.envs.math._apply``; a division
+    truncates); a division by zero is never right."""
+    try:
+        return _apply(a, op, b, exact=False) == r
+    except ZeroDivisionError:
+        return False
 
 
 def breakdown(records: list[dict]) -> dict:
