@@ -546,3 +546,18 @@ def test_tasks_survive_an_arrow_round_trip():
         assert any(v is None for kw in row["answer"]["kwargs"] for v in kw.values())  # padded by Arrow
         rebuilt = Task.from_dict({**json.loads(row["task"]), "answer": row["answer"]})
         assert _drive(env, rebuilt, scripted_expert(task, [])).reward() == 1.0
+
+
+def test_expert_quotes_keywords_as_the_prompt_does():
+    """The expert writes a required keyword with the prompt's quotes, so the words it copies tokenize as they
+    do in the prompt (' "', 'th', 'und', 'er' against ' th', 'und', 'er' unquoted)."""
+    env = InstructEnv(WorldsConfig(), seed=0)
+    tasks = [t for t in env.tasks("test", 200, seed=0) if "keywords:existence" in t.answer["instruction_id_list"]]
+    assert tasks
+    for task in tasks:
+        words = task.answer["kwargs"][task.answer["instruction_id_list"].index("keywords:existence")]["keywords"]
+        reply = scripted_expert(task, task.initial_messages())
+        for w in words:
+            assert f'"{w}"' in task.user_prompt
+            # as written, upper-cased (english_capital) or inside a JSON string (json_format)
+            assert f'"{w}"' in reply.lower() or f'\\"{w}\\"' in reply.lower(), (w, reply)

@@ -238,7 +238,9 @@ def _compose(spec: dict, topic: str, style: str, n: int, pad: int, offset: int =
         return CONSTRAINED_OPTIONS[0]
     body = _body_sentences(style, topic, n, offset)
     if "keywords:existence" in spec:
-        body.append(f"This note mentions {' and '.join(spec['keywords:existence']['keywords'])}.")
+        # quoted as the prompt quotes them ('Include keywords "a", "b"'), so the words tokenize as in the prompt
+        quoted = [f'"{w}"' for w in spec["keywords:existence"]["keywords"]]
+        body.append(f"This note mentions {' and '.join(quoted)}.")
     kf = spec.get("keywords:frequency")
     if kf and kf["relation"] == "at least":
         body.append(f"Think of {' and '.join([kf['keyword']] * int(kf['frequency']))}.")
