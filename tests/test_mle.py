@@ -364,3 +364,34 @@ def test_an_mle_evaluation_whose_routes_another_router_repeats_is_copied(tmp_pat
     assert json.loads((out / "metrics.json").read_text()) == {"scores": {"aime26": 12.5}, "model": "mle_learned"}
     assert json.loads((out / "same_as.json").read_text())["run"] == f"mle/{pipeline.EVAL_DIR}"
     assert (out / "records" / "aime26.jsonl").is_file() and (out / mle.ROUTES_JSON).is_file()
+
+
+# --- scoring in a child process -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_mle_scored_in_a_child_process_equals_scored_in_process(base_dir, tmp_path):
+    """``launcher.eval_subprocess`` (the paper profile's switch) scores the MLE system in a process of its own:
+    the same scores, records and routing decisions as scoring it in the notebook's process."""
+    import shutil
+
+    from acl_lib.processes import call_in_child
+
+    cfg = load_config("smoke", {"output_dir": str(tmp_path / "outputs"), "torch_threads": 1, "worlds.n_test": 2,
+                                "worlds.n_ood": 1})
+    spec = mle.MLESpec()
+    shutil.copytree(base_dir, mle.start_run(cfg, spec.start).path / "model")  # the backbone
+    made = _adapters(base_dir, tmp_path / "adapters", names=tuple(cfg.pipeline.curriculum), rank=cfg.mle.rank)
+    for d, path in mle.adapter_dirs(cfg, spec).items():
+        shutil.copytree(made[d], path)
+    here, there = tmp_path / "here", tmp_path / "there"
+    mle.serving.score_mle(cfg, spec, str(here))
+    call_in_child(mle.serving.score_mle, cfg, spec, str(there))
+    read = lambda p: json.loads(p.read_text())  # noqa: E731
+    assert read(there / "metrics.json")["scores"] == read(here / "metrics.json")["scores"]
+    assert read(there / mle.ROUTES_JSON) == read(here / mle.ROUTES_JSON)
+    assert len(read(here / mle.ROUTES_JSON)["episodes_per_expert"]) > 1  # more than one expert served
+    files = sorted(p.name for p in (here / "records").iterdir())
+    assert files and files == sorted(p.name for p in (there / "records").iterdir())
+    for name in files:
+        assert (there / "records" / name).read_text() == (here / "records" / name).read_text(), name
