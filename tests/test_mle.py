@@ -81,13 +81,12 @@ def test_backbone_is_bit_identical_after_expert_training(base_dir, tmp_path):
 
 @pytest.mark.parametrize("profile", ["smoke", "mini", "paper"])
 def test_experts_are_lora_rl_unless_a_cold_start_is_asked_for(profile):
-    """The study's experts are LoRA-RL: no expert has a cold start by default (the setting's default, and the
-    smoke and paper profiles'; mini still sets one, see its YAML); mle.cold_start gives one to the domains whose
-    stage has one."""
+    """The study's experts are LoRA-RL: no expert has a cold start by default (the setting's default, and every
+    profile's); mle.cold_start gives one to the domains whose stage has one."""
     from acl_lib.config import MLEConfig
 
     assert MLEConfig().cold_start is False
-    cfg = load_config(profile, ["mle.cold_start=false"] if profile == "mini" else [], seed=0)
+    cfg = load_config(profile, seed=0)
     assert cfg.mle.cold_start is False
     assert not any(mle.expert_cold_start(cfg, d) for d in cfg.pipeline.curriculum)
     assert not any(mle.expert_run(cfg, mle.MLESpec(), d).extra["cold_start"] for d in cfg.pipeline.curriculum)

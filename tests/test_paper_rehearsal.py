@@ -261,7 +261,8 @@ def layout(paper_layout):
 def rehearsal_overrides(tmp_path: Path, layout: Path, model_dir: Path) -> dict:
     """Overrides of the paper profile that only shrink sizes and point at local files: the tiny Qwen3 checkpoint
     as the base, the shipped mini base as the customer (``worlds.user_sim`` backend ``hf``, a local model, instead
-    of gpt-4.1 through the OpenAI API), the fixture data layout, HF generation instead of vLLM (no GPU), float32
+    of gpt-4.1 through the OpenAI API; a poor customer, the one small model here that writes customer turns), the
+    fixture data layout, HF generation instead of vLLM (no GPU), float32
     (bf16 matmuls are slow on CPU), one thread."""
     return {
         "output_dir": str(tmp_path / "outputs"), "torch_threads": 1,
@@ -294,7 +295,9 @@ def test_paper_profile_rehearsal(qwen3_dir, layout, tmp_path, monkeypatch):
     report = paper_data.check(layout)
     assert report.complete, report.format()  # what `acl data check` says before any GPU time
     cfg = load_config("paper", overrides={**rehearsal_overrides(tmp_path, layout, qwen3_dir),
-                                          "launcher.mode": "in_process"})
+                                          "launcher.mode": "in_process",
+                                          # greedy, the mini base answers the policy's turns with tool calls
+                                          "worlds.user_sim.temperature": 1.0})
     # What the rehearsal keeps of the paper profile: the ZeRO-3 / multi-node launcher settings, evaluation in a
     # subprocess, activation checkpointing, the real data under worlds.data_dir, every suite.
     assert cfg.launcher.eval_subprocess and cfg.launcher.activation_checkpointing and cfg.launcher.zero_stage == 3
@@ -318,9 +321,14 @@ def test_paper_profile_rehearsal(qwen3_dir, layout, tmp_path, monkeypatch):
     summary = json.loads((stage.path / "train_summary.json").read_text())
     assert summary["multi_turn"] is True and summary["steps"] == 1 and summary["tasks"] == 2
     assert len(seen) == 4 and all(isinstance(ep, LLMUserEpisode) for ep, _ in seen)
-    # The simulated customer opened every conversation, and answered the policy inside at least one rollout:
-    # that reply's tokens (rendered with Qwen3's training template) are in the completion with no loss on them.
-    assert all(ep.messages[1]["role"] == "user" and ep.messages[1]["content"] for ep, _ in seen)
+    # The simulated customer opened the conversations (the mini base, mid-trained as the desk's agent, opens some
+    # with tool-call markup: that episode ends with the simulator's reason), and answered the policy inside at least
+    # one rollout: that reply's tokens (rendered with Qwen3's training template) are in the completion with no loss
+    # on them.
+    assert all(ep.messages[1]["role"] == "user" for ep, _ in seen)
+    assert all(ep.messages[1]["content"] or "tool-call markup" in ep.user.error for ep, _ in seen), \
+        [(ep.messages[1], ep.user.error) for ep, _ in seen]
+    assert any(ep.messages[1]["content"] for ep, _ in seen)
     replied = [(ep, r) for ep, r in seen if sum(m["role"] == "user" for m in ep.messages) >= 2 and 0 in r.env_mask]
     assert replied, [ep.failure for ep, _ in seen]
     for ep, r in replied:

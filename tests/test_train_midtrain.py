@@ -126,7 +126,10 @@ def test_the_model_card_describes_phase_3():
 
     cfg = load_config("mini", ["pretrain.midtrain_steps=300", "pretrain.midtrain_batch_size=8"], seed=0)
     card = read_card(cfg)
-    assert "Phase 3" not in render_card(card)  # the shipped base has no phase 3
+    shipped = render_card(card)  # the shipped base was mid-trained with the profile's mixture
+    assert "Phase 3, mid-training: 1840 steps x 8 rows" in shipped and "(math 4250, search 2400" in shipped
+    card = dict(card, midtrain=None)
+    assert "Phase 3" not in render_card(card)  # a base without phase 3 says nothing of it
     card = dict(card, config=dict(card["config"], pretrain=cfg.to_dict()["pretrain"]))
     card["midtrain"] = {"wall_s": 600.0, "steps": 300, "tokens_seen": 1_234_567, "demos": {
         "world_seeds": [1000, 1001], "domains": {"math": {"kept": 400, "dropped_as_evaluated": 0},
