@@ -466,6 +466,34 @@ def test_splits_are_deterministic_disjoint_and_cover_families():
     assert all(t.meta["topic"] in TOPICS["ifbench"] for t in ood)
 
 
+def test_the_wide_vocabulary_holds_no_held_out_word_and_leaves_the_world_alone():
+    """The mid-training vocabulary (pretrain.midtrain_if_vocab: wide) shares no word with any held-out pool or topic
+    (ifeval's, ifbench's), its prompts are the same families on other words, the expert passes them, and the
+    world's own train prompts are unchanged by its existence."""
+    from acl_lib.envs import instruct
+
+    held_out = {w for split in ("test", "ifbench") for t in TOPICS[split] for w in t.lower().split()} - {"the", "a"}
+    for pool in (instruct.KEYWORDS, instruct.FORBIDDEN, instruct.FIRST_WORDS):
+        held_out |= set(pool["test"])
+    held_phrases = set(instruct.END_PHRASES["test"])
+    wide_words = set(instruct.WIDE_NOUNS) | set(instruct.WIDE_ADVERBS)
+    assert len(instruct.WIDE_NOUNS) >= 150 and not wide_words & held_out
+    assert not wide_words & set(instruct.KEYWORDS["train"]) and not set(instruct.WIDE_END_PHRASES) & held_phrases
+    wide = InstructEnv(WorldsConfig(), seed=1000, vocab="wide").tasks("train", 400, seed=5000)
+    topics = {t.meta["topic"] for t in wide}
+    assert len(topics) >= 100 and topics <= set(TOPICS["wide"])
+    kws = {k for t in wide for kw in t.answer["kwargs"] for k in kw.get("keywords", [])}
+    assert len(kws) >= 50 and kws <= set(instruct.WIDE_NOUNS)
+    env = InstructEnv(WorldsConfig(), seed=1000, vocab="wide")
+    assert all(_drive(env, t, scripted_expert(t, t.initial_messages())).reward() == 1.0 for t in wide[:50])
+    world = InstructEnv(WorldsConfig(), seed=1000).tasks("train", 50, seed=5000)
+    assert {t.meta["topic"] for t in world} <= set(TOPICS["train"])
+    again = InstructEnv(WorldsConfig(), seed=1000, vocab="world").tasks("train", 50, seed=5000)
+    assert [t.user_prompt for t in again] == [t.user_prompt for t in world]
+    with pytest.raises(ValueError, match="vocabulary"):
+        InstructEnv(WorldsConfig(), vocab="large")
+
+
 def test_compatibility_rules():
     assert not compatible(["change_case:english_lowercase", "change_case:english_capital"])
     assert not compatible(["detectable_format:json_format", "detectable_format:title"])

@@ -68,6 +68,26 @@ def test_midtrain_data_shares_no_task_or_entity_with_the_evaluated_world():
             assert not any(ans in doc for ans in t.answer), (subject, t.answer, doc)
 
 
+def test_wide_if_vocabulary_rows_copy_the_prompts_words_and_leave_the_recipe_hash_alone():
+    """pretrain.midtrain_if_vocab: wide draws the IF rows on acl_lib.envs.instruct.WIDE_NOUNS (none a held-out
+    word): their topics are those words, the expert's answers carry them, no evaluated prompt is among them; at its
+    default ("world") the key stays out of the recipe's hash (the shipped base's card matches it)."""
+    from acl_lib.envs.instruct import TOPICS
+
+    cfg = load_config("mini", ["pretrain.midtrain_steps=1", "pretrain.midtrain_demos={if: 48}",
+                               "pretrain.midtrain_if_vocab=wide"], seed=0)
+    rows, stats = midtrain.midtrain_demos(cfg)
+    assert stats["domains"]["if"]["kept"] == 48
+    prompts = [m["content"] for r in rows for m in r["messages"] if m["role"] == "user"]
+    topics = [t for p in prompts for t in TOPICS["wide"] if f" {t}" in p]
+    assert len(set(topics)) >= 30 and not set(prompts) & midtrain.evaluated_prompts(cfg)
+    answers = "\n".join(m["content"] for r in rows for m in r["messages"] if m["role"] == "assistant")
+    assert sum(t.split()[-1] in answers for t in set(topics)) >= 0.9 * len(set(topics))
+    world = load_config("mini", ["pretrain.midtrain_if_vocab=world"], seed=0)
+    assert world.hash("pretrain") == load_config("mini", seed=0).hash("pretrain") != cfg.hash("pretrain")
+    assert "midtrain_if_vocab" not in world.to_dict()["pretrain"]
+
+
 def test_midtrain_refuses_the_evaluated_world_and_unknown_domains():
     with pytest.raises(ValueError, match="unknown domain"):
         load_config("mini", ["pretrain.midtrain_demos={cooking: 3}"], seed=0)

@@ -84,6 +84,19 @@ class PretrainConfig(_Section):
     midtrain_batch_size: int = Field(8, ge=1)
     midtrain_lr: float = Field(5e-4, gt=0)
     midtrain_max_length: int = Field(4096, ge=16)
+    # The instruction-following rows' vocabulary: "world" (the IF world's train pools: 24 topics, 10 keywords) or
+    # "wide" (acl_lib.envs.instruct.WIDE_NOUNS ...: ~200 topics and keywords, none of them a test word), so that
+    # the base learns to copy a prompt's words.
+    midtrain_if_vocab: Literal["world", "wide"] = "world"
+
+    @model_serializer(mode="wrap")
+    def _dump_without_default_if_vocab(self, handler):
+        # Left out of the dump at its default, so the recipe hash of every base built before the key existed (the
+        # shipped one's included) is unchanged.
+        out = handler(self)
+        if isinstance(out, dict) and self.midtrain_if_vocab == "world":
+            out.pop("midtrain_if_vocab", None)
+        return out
 
     @field_validator("midtrain_demos")
     @classmethod

@@ -67,6 +67,33 @@ END_PHRASES = {"train": ["Is there anything else I can help with?", "Let me know
                "test": ["Any other questions?", "Hope this helps.", "Thanks for reading."]}
 FIRST_WORDS = {"train": ["today", "often", "usually", "first"], "test": ["finally", "sometimes", "indeed", "also"]}
 
+# The mini base's mid-training vocabulary (``pretrain.midtrain_if_vocab: wide``, acl_lib.train.midtrain): training
+# prompts of the same families whose topics, keywords, first words and end phrases come from these wider lists,
+# so that the base learns to copy the prompt's words rather than recall the ten keywords of the ``train`` pool
+# (a base that has seen only those writes them, or nothing, for a held-out keyword). None of these words is in a
+# ``test`` or ``ifbench`` pool or topic (tests/test_instruct.py checks), and the evaluated world's own train prompts
+# keep the ``train`` pools: the vocabulary is what the base was pretrained on, not a change to a world.
+WIDE_NOUNS = """acorn almond apron arrow attic badge bagel balcony bamboo banjo barrel basket beacon beetle bench
+blanket bonnet bottle bracelet bucket buckle button cabin cactus camel candy canoe carpet castle cellar cherry
+chimney cloak clock clover cobweb compass cottage crayon cricket crown cushion daisy dolphin donkey dragon drum
+easel eagle engine fabric falcon fence ferry fiddle flag flute fountain fox garnet gate glove goose granite grape
+guitar hammer harp hatch helmet hammock hedge hive hook igloo island jacket jasmine jelly jigsaw kayak kettle kiwi
+ladder ladle lagoon lamp lemon lizard locket magnet mango mantle meadowlark mitten monkey mosaic muffin needle nest
+nutmeg oboe olive onion otter paddle pantry parcel parrot peach pepper piano pillow pine pocket pony puzzle quill
+quilt rabbit radish raft raven reef robin rocket saddle salmon satchel scarf seashell shovel sled spindle spoon
+squirrel stable stamp statue stove sunflower swan teapot tent thimble ticket tiger timber toast trumpet tunnel
+turtle umbrella valley violin wagon walnut whistle window wizard yarn zebra""".split()
+WIDE_ADVERBS = ["now", "here", "then", "soon", "later", "surely", "truly", "clearly", "perhaps", "gladly", "again",
+                "mostly", "rarely", "slowly", "quietly", "happily", "simply", "lately", "briefly", "certainly"]
+WIDE_END_PHRASES = ["That is my note.", "Glad you came by.", "See you next time.", "Have a lovely day.",
+                    "Take care.", "More to come soon.", "That is the whole story.", "Happy days ahead.",
+                    "Write back if you like.", "Until next time.", "That sums it up.", "Enjoy the rest of your day."]
+TOPICS["wide"] = [f"the {w}" for w in WIDE_NOUNS]
+KEYWORDS["wide"] = WIDE_NOUNS
+FORBIDDEN["wide"] = FORBIDDEN["train"]
+END_PHRASES["wide"] = WIDE_END_PHRASES
+FIRST_WORDS["wide"] = WIDE_ADVERBS
+
 
 def _sample_ifeval_kwargs(iid: str, rng: random.Random, pool: str) -> dict:
     """Small kwargs (a tiny model's responses stay short) for one IFEval instruction id."""
@@ -164,10 +191,11 @@ def compatible(ids: list[str]) -> bool:
 GENERATED_IFEVAL_IDS = tuple(i for i in IFEVAL_IDS if i != "language:response_language")
 
 
-def _draw_prompt(rng: random.Random, split: str) -> tuple[str, dict, dict]:
-    """One candidate (user_prompt, answer, meta) of ``split`` (train / test / ifbench)."""
-    pool = "train" if split == "train" else "test"
-    topic = rng.choice(TOPICS[split])
+def _draw_prompt(rng: random.Random, split: str, wide: bool = False) -> tuple[str, dict, dict]:
+    """One candidate (user_prompt, answer, meta) of ``split`` (train / test / ifbench); ``wide``: a train prompt
+    on the mid-training vocabulary (``WIDE_NOUNS`` ...)."""
+    pool = ("wide" if wide else "train") if split == "train" else "test"
+    topic = rng.choice(TOPICS["wide" if pool == "wide" else split])
     family = OOD_IDS if split == "ifbench" else GENERATED_IFEVAL_IDS
     k = rng.choice([1, 2]) if split == "ifbench" else rng.choice([1, 2, 2, 3, 3])
     while True:
@@ -405,9 +433,12 @@ class InstructEnv(Environment):
     name = "instruct"
     FILES = {"train": "train.jsonl", "test": "ifeval.jsonl", "ifbench": "ifbench.jsonl"}
 
-    def __init__(self, worlds=None, seed: int = 0):
+    def __init__(self, worlds=None, seed: int = 0, vocab: str = "world"):
+        if vocab not in ("world", "wide"):
+            raise ValueError(f"unknown instruct vocabulary {vocab!r}; use 'world' or 'wide'")
         self.worlds = worlds
         self.seed = seed
+        self.vocab = vocab  # "wide": generated train prompts on the mid-training vocabulary (WIDE_NOUNS ...)
         self.data_dir = getattr(worlds, "data_dir", "") or ""
         self.splits: dict[str, str | None] = {"train": None, "test": "ifeval", "ifbench": "ifbench"}
 
@@ -443,12 +474,13 @@ class InstructEnv(Environment):
                      meta={"score_kind": "all", "split": split, "source": str(path)}) for r in rows]
 
     def _generated_tasks(self, split: str, n: int, seed: int) -> list[Task]:
-        rng = random.Random(f"instruct:{self.seed}:{split}:{seed}")
+        wide = self.vocab == "wide" and split == "train"
+        rng = random.Random(f"instruct:{self.seed}:{split}:{seed}" + (":wide" if wide else ""))
         bench, out, seen = self._benchmark(split), [], set()
         for _ in range(n * 50):
             if len(out) == n:
                 break
-            prompt, answer, meta = _draw_prompt(rng, split)
+            prompt, answer, meta = _draw_prompt(rng, split, wide)
             if prompt in seen or solve(answer, meta["topic"])[1] < 1.0:
                 continue  # duplicates and (rare) combinations the expert cannot satisfy are redrawn
             seen.add(prompt)

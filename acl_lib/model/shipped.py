@@ -84,7 +84,10 @@ def midtrain_line(p: dict, mid: dict) -> str:
             f"{p['midtrain_lr']} cosine, assistant-only loss, on rejection-sampled scripted-expert episodes of the "
             f"four training worlds from worlds with seeds {mid['demos']['world_seeds']} ({kept}; prompts equal to an "
             f"evaluated prompt dropped: {sum(s['dropped_as_evaluated'] for s in mid['demos']['domains'].values())}); "
-            f"{mid['tokens_seen']:,} tokens seen.")
+            f"{mid['tokens_seen']:,} tokens seen."
+            + (" The instruction-following rows use the wide vocabulary (`pretrain.midtrain_if_vocab: wide`: "
+               "topics and keywords from `acl_lib.envs.instruct.WIDE_NOUNS`, none of them a held-out word)."
+               if p.get("midtrain_if_vocab") == "wide" else ""))
 
 
 def render_card(card: dict) -> str:

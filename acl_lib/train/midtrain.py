@@ -83,6 +83,8 @@ def midtrain_demos(cfg) -> tuple[list[dict], dict]:
             if want == 0:
                 continue
             env = make_env(name, cfg.worlds, seed=s)  # the evaluated world's shape, another seed
+            if name == "instruct":
+                env.vocab = p.midtrain_if_vocab  # "wide": topics and keywords no world's train pool holds
             drawn = env.tasks("train", 2 * want, seed=s + TASK_SEED_OFFSET + cfg.seed)
             tasks = [t for t in drawn if t.user_prompt not in banned]
             dstats["dropped_as_evaluated"] += len(drawn) - len(tasks)
