@@ -369,23 +369,37 @@ def test_an_mle_evaluation_whose_routes_another_router_repeats_is_copied(tmp_pat
 
 
 @pytest.mark.slow
-def test_mle_scored_in_a_child_process_equals_scored_in_process(base_dir, tmp_path):
-    """``launcher.eval_subprocess`` (the paper profile's switch) scores the MLE system in a process of its own:
-    the same scores, records and routing decisions as scoring it in the notebook's process."""
+def test_mle_scored_in_a_child_process_equals_scored_in_process(base_dir, tmp_path, monkeypatch):
+    """``launcher.eval_subprocess`` (the paper profile's switch) makes ``run_mle`` score the MLE system in a process
+    of its own: the same scores, records and routing decisions as scoring it in the notebook's process."""
     import shutil
 
-    from acl_lib.processes import call_in_child
+    from acl_lib import processes
+    from acl_lib.consolidate.mle import serving
 
-    cfg = load_config("smoke", {"output_dir": str(tmp_path / "outputs"), "torch_threads": 1, "worlds.n_test": 2,
-                                "worlds.n_ood": 1})
-    spec = mle.MLESpec()
-    shutil.copytree(base_dir, mle.start_run(cfg, spec.start).path / "model")  # the backbone
-    made = _adapters(base_dir, tmp_path / "adapters", names=tuple(cfg.pipeline.curriculum), rank=cfg.mle.rank)
-    for d, path in mle.adapter_dirs(cfg, spec).items():
-        shutil.copytree(made[d], path)
-    here, there = tmp_path / "here", tmp_path / "there"
-    mle.serving.score_mle(cfg, spec, str(here))
-    call_in_child(mle.serving.score_mle, cfg, spec, str(there))
+    smoke = load_config("smoke")
+    made = _adapters(base_dir, tmp_path / "adapters", names=tuple(smoke.pipeline.curriculum), rank=smoke.mle.rank)
+    children = []
+    monkeypatch.setattr(serving, "call_in_child",
+                        lambda fn, *a, **k: children.append(fn.__name__) or processes.call_in_child(fn, *a, **k))
+    stores = {}
+    for switch in (False, True):
+        cfg = load_config("smoke", {"output_dir": str(tmp_path / f"store_{switch}"), "torch_threads": 1,
+                                    "worlds.n_test": 2, "worlds.n_ood": 1, "launcher.eval_subprocess": switch})
+        spec = mle.MLESpec()
+        # the backbone and the experts, complete without training: the trained adapters and their records
+        run_once(mle.start_run(cfg, spec.start), lambda r: shutil.copytree(base_dir, r.path / "model"))
+        digests = mle.file_digests(pipeline.model_dir(mle.start_run(cfg, spec.start)))
+        for d in cfg.pipeline.curriculum:
+            def expert(r, d=d):
+                shutil.copytree(made[d], r.path / mle.ADAPTER_DIR)
+                r.write_json(mle.EXPERT_JSON, {"backbone_files_before": digests, "backbone_files_after": digests,
+                                               "backbone_unchanged_in_memory": True})
+            run_once(mle.expert_run(cfg, spec, d), expert)
+        mle.run_mle(cfg, spec)
+        stores[switch] = mle.mle_run(cfg, spec).path / pipeline.EVAL_DIR
+        assert children == (["score_mle"] if switch else [])
+    here, there = stores[False], stores[True]
     read = lambda p: json.loads(p.read_text())  # noqa: E731
     assert read(there / "metrics.json")["scores"] == read(here / "metrics.json")["scores"]
     assert read(there / mle.ROUTES_JSON) == read(here / mle.ROUTES_JSON)
