@@ -192,7 +192,7 @@ class Run:
         self.extra = dict(extra or {})
         self.logger = logging.getLogger("acl.run." + name.replace("/", "."))
         self.logger.setLevel(logging.INFO)
-        _ensure_console_handler()
+        ensure_console_logging()
 
     # --- identity --------------------------------------------------------------------------------------
     @property
@@ -410,7 +410,7 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def _ensure_console_handler() -> None:
+def ensure_console_logging() -> None:
     """Make INFO messages of ``acl.*`` loggers visible (in a terminal and in notebook outputs) exactly once."""
     root = logging.getLogger("acl")
     if not root.handlers:

@@ -35,7 +35,10 @@ def main(argv: list[str] | None = None) -> None:
     from acl_lib.model import load_model_and_tokenizer
     from acl_lib.model.copying import copy_gain, world_word_lists
     from acl_lib.model.shipped import shipped_dir
+    from acl_lib.runs import ensure_console_logging
     from acl_lib.train import midtrain
+
+    ensure_console_logging()  # the phase's and the evaluation's progress lines, in a terminal or a log file
 
     cfg = load_config("mini", args.overrides, seed=0)
     if not midtrain.enabled(cfg):
