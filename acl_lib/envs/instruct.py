@@ -88,11 +88,17 @@ WIDE_ADVERBS = ["now", "here", "then", "soon", "later", "surely", "truly", "clea
 WIDE_END_PHRASES = ["That is my note.", "Glad you came by.", "See you next time.", "Have a lovely day.",
                     "Take care.", "More to come soon.", "That is the whole story.", "Happy days ahead.",
                     "Write back if you like.", "Until next time.", "That sums it up.", "Enjoy the rest of your day."]
+# A first word or an end phrase from a short list is learned as a list (a base mid-trained on the 20 adverbs and 12
+# phrases above still never wrote a held-out one): the wide pools add every noun as a first word and 300 phrases
+# of three random wide words, which can only be written by copying them from the prompt.
+_rng = random.Random("instruct-wide-end-phrases")
+WIDE_END_PHRASES += [" ".join(_rng.sample(WIDE_NOUNS + WIDE_ADVERBS, 3)).capitalize() + _rng.choice(".!")
+                     for _ in range(300)]
 TOPICS["wide"] = [f"the {w}" for w in WIDE_NOUNS]
 KEYWORDS["wide"] = WIDE_NOUNS
 FORBIDDEN["wide"] = FORBIDDEN["train"]
 END_PHRASES["wide"] = WIDE_END_PHRASES
-FIRST_WORDS["wide"] = WIDE_ADVERBS
+FIRST_WORDS["wide"] = WIDE_ADVERBS + WIDE_NOUNS
 
 
 def _sample_ifeval_kwargs(iid: str, rng: random.Random, pool: str) -> dict:
