@@ -270,6 +270,9 @@ def rehearsal_overrides(tmp_path: Path, layout: Path, model_dir: Path) -> dict:
         "worlds.data_dir": str(layout), "worlds.n_train": 2, "worlds.n_test": 1, "worlds.n_ood": 1,
         "worlds.user_sim.backend": "hf", "worlds.user_sim.model": "acl_lib/data/mini_base", "worlds.user_sim.url": "",
         "worlds.user_sim.api_key_env": "", "worlds.user_sim.max_new_tokens": 16, "worlds.user_sim.max_turns": 3,
+        # sampled: greedy, the mini base (mid-trained as the desk's agent) opens one of the two training tasks with
+        # tool calls, so that rank's episodes end before the other's and the ZeRO-3 ranks' generation falls out of step
+        "worlds.user_sim.temperature": 1.0,
         "eval.backend": "hf", "eval.k": 1, "eval.max_new_tokens": 24, "eval.max_turns": 2, "eval.batch_size": 4,
         "grpo.max_steps": 1, "grpo.num_generations": 2, "grpo.batch_size": 4, "grpo.max_new_tokens": 24,
         "grpo.max_turns": 3, "grpo.max_completion_length": 24, "grpo.max_episode_tokens": 256,
@@ -295,9 +298,7 @@ def test_paper_profile_rehearsal(qwen3_dir, layout, tmp_path, monkeypatch):
     report = paper_data.check(layout)
     assert report.complete, report.format()  # what `acl data check` says before any GPU time
     cfg = load_config("paper", overrides={**rehearsal_overrides(tmp_path, layout, qwen3_dir),
-                                          "launcher.mode": "in_process",
-                                          # greedy, the mini base answers the policy's turns with tool calls
-                                          "worlds.user_sim.temperature": 1.0})
+                                          "launcher.mode": "in_process"})
     # What the rehearsal keeps of the paper profile: the ZeRO-3 / multi-node launcher settings, evaluation in a
     # subprocess, activation checkpointing, the real data under worlds.data_dir, every suite.
     assert cfg.launcher.eval_subprocess and cfg.launcher.activation_checkpointing and cfg.launcher.zero_stage == 3
