@@ -14,6 +14,7 @@ conversation properly), so a correct end state scores 1 and a wrong one 0 by dat
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -328,10 +329,12 @@ def test_over_http_against_transformers_serve(served):
     garbled = env.tasks("test", 1)[0]
     ep = env.start(garbled, max_turns=10)
     assert ep.done and ep.reward() == 0.0 and "tool-call markup" in ep.failure
-    # the model dir as it is: serve cannot parse the malformed tool call and answers 500, a failed turn
+    # the model dir as it is: serve cannot parse the malformed tool call and answers an HTTP error, a failed turn
+    # (500, or 400 when the call's arguments are not JSON: which one depends on the text the base writes, and that
+    # differs between CPUs in the last float bits)
     sim500 = UserSimConfig(backend="openai", url=served["url"], model=str(MINI_BASE), max_new_tokens=32, retries=0)
     ep = RetailEnv(WorldsConfig(data_dir=str(TAU2), user_sim=sim500)).start(garbled, max_turns=10)
-    assert ep.done and ep.reward() == 0.0 and ep.failure.startswith("user simulator failed: HTTP 500")
+    assert ep.done and ep.reward() == 0.0 and re.match(r"user simulator failed: HTTP (400|500) ", ep.failure)
 
 
 def chatty_agent(task, messages) -> str:

@@ -29,7 +29,8 @@ language model to play. This module is that player:
   ``tool_calls``; ``hf`` / ``vllm`` render them through the chat template and the calls are read from the
   ``<tool_call>`` markup. A customer without tools is the text-only player above (tool-call markup is garbled).
 - **Failed turns.** A simulator turn fails when its backend raises (an HTTP error: ``transformers serve`` answers
-  500 when it cannot parse a response with the tokenizer's response template; a timeout; a context overflow) or
+  500, or 400 for tool-call arguments that are not JSON, when it cannot parse a response with the tokenizer's
+  response template; a timeout; a context overflow) or
   when its reply is garbled: empty once ``<think>`` blocks are removed, or holding tool-call markup when the customer
   has no tools (or more than ``max_tool_calls`` calls before a message when it has). The episode then ends at once
   with ``failure = "user simulator failed: ..."``, never a crash.
@@ -672,9 +673,10 @@ def serving_copy(model_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
     """A copy of ``model_dir`` for ``transformers serve`` as a user simulator; returns ``out_dir``.
 
     ``transformers serve`` parses every response with the tokenizer's ``response_template`` and answers HTTP 500
-    when a response holds a malformed tool call (docs/stack-notes.md). Dropping the template does not help with a
-    Qwen3 model: serve then falls back to its built-in Qwen3 template, tool calls included. So the copy's
-    ``tokenizer_config.json`` carries ``TEXT_RESPONSE_TEMPLATE`` (content only). Weights are linked, not copied.
+    (400 when the arguments are not JSON) when a response holds a malformed tool call (docs/stack-notes.md).
+    Dropping the template does not help with a Qwen3 model: serve then falls back to its built-in Qwen3 template,
+    tool calls included. So the copy's ``tokenizer_config.json`` carries ``TEXT_RESPONSE_TEMPLATE`` (content only).
+    Weights are linked, not copied.
     """
     src, dst = Path(model_dir), Path(out_dir)
     if not (src / "tokenizer_config.json").is_file() or not (src / "config.json").is_file():
