@@ -270,8 +270,8 @@ def rehearsal_overrides(tmp_path: Path, layout: Path, model_dir: Path) -> dict:
         "worlds.data_dir": str(layout), "worlds.n_train": 2, "worlds.n_test": 1, "worlds.n_ood": 1,
         "worlds.user_sim.backend": "hf", "worlds.user_sim.model": "acl_lib/data/mini_base", "worlds.user_sim.url": "",
         "worlds.user_sim.api_key_env": "", "worlds.user_sim.max_new_tokens": 16, "worlds.user_sim.max_turns": 3,
-        # sampled: greedy, the mini base (mid-trained as the desk's agent) opens one of the two training tasks with
-        # tool calls, so that rank's episodes end before the other's and the ZeRO-3 ranks' generation falls out of step
+        # sampled: greedy, the mini base (mid-trained as the desk's agent) answers the policy in neither training
+        # task (the hostfile rehearsal below keeps it greedy for what that does to two ranks)
         "worlds.user_sim.temperature": 1.0,
         "eval.backend": "hf", "eval.k": 1, "eval.max_new_tokens": 24, "eval.max_turns": 2, "eval.batch_size": 4,
         "grpo.max_steps": 1, "grpo.num_generations": 2, "grpo.batch_size": 4, "grpo.max_new_tokens": 24,
@@ -458,7 +458,12 @@ def test_hostfile_launch_on_two_local_processes(qwen3_dir, layout, tmp_path, mon
                                           "launcher.hostfile": str(hostfile), "launcher.num_nodes": 1,
                                           "launcher.num_processes": 2, "torch_threads": 2,
                                           # the ZeRO-3 config is bf16 (zero3_bf16.json): the paper's precision
-                                          "launcher.mixed_precision": "bf16"})
+                                          "launcher.mixed_precision": "bf16",
+                                          # greedy, the mini base opens one of the two training tasks with tool
+                                          # calls: that rank's episodes end at once and the other rank generates
+                                          # alone, which hung under ZeRO-3 until
+                                          # trl_env.zero3_forwards_stay_local (issue 32)
+                                          "worlds.user_sim.temperature": 0.0})
     assert cfg.launcher.mode == "multi_node" and cfg.launcher.zero_stage == 3
     stage = Run(cfg, "seq_ecom")
 
@@ -525,7 +530,12 @@ def test_mmopd_step_under_two_process_zero3(qwen3_dir, layout, tmp_path):
                                           "torch_threads": 2, "mmopd.max_steps": 1, "mmopd.batch_size": 4,
                                           "mmopd.n_prompts": 2, "mmopd.teacher_placement": "offload",
                                           # the ZeRO-3 config is bf16 (zero3_bf16.json): the paper's precision
-                                          "launcher.mixed_precision": "bf16"})
+                                          "launcher.mixed_precision": "bf16",
+                                          # greedy, the mini base opens one of the two training tasks with tool
+                                          # calls: that rank's episodes end at once and the other rank generates
+                                          # alone, which hung under ZeRO-3 until
+                                          # trl_env.zero3_forwards_stay_local (issue 32)
+                                          "worlds.user_sim.temperature": 0.0})
     assert cfg.launcher.zero_stage == 3
     teachers = {"t_math": _perturbed_copy(qwen3_dir, tmp_path / "t_math", 1),
                 "t_if": _perturbed_copy(qwen3_dir, tmp_path / "t_if", 2)}

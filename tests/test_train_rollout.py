@@ -358,3 +358,33 @@ def test_remote_customers_are_started_and_answered_concurrently_in_training(base
     episodes = [LocalEpisode(t) for t in env.tasks("train", 4)]
     trl_env.rollout_episodes(episodes, expert_policy(tok), tok, max_completion_length=512)
     assert local.calls == 8 and local.most == 1
+
+
+@pytest.mark.slow
+def test_zero3_ranks_with_uneven_rollout_forwards_do_not_wait_on_each_other(tmp_path):
+    """Issue 32 (found by the hostfile rehearsal): under ZeRO-3 the rank whose episodes all end first stops making
+    forward passes; DeepSpeed's top-module hook, which TRL's ``remove_hooks`` leaves on, broadcasts at every
+    forward, so the other rank waited forever. Two real ZeRO-3 ranks (CPU, gloo) make 1 and 4 forwards in the
+    rollout, then train two steps together. Without ``zero3_forwards_stay_local`` (``--without-fix``) the worker
+    hangs here (checked: killed at 90 s)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, child_env
+
+    env = {**child_env(), "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          "--master_port", str(_free_port()), str(ROOT / "tests" / "zero3_uneven_forwards.py")],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "rank 0 done" in res.stdout and "rank 1 done" in res.stdout
+    losses = {line.split(" loss ")[1] for line in res.stdout.splitlines() if " step 1 loss " in line}
+    assert len(losses) == 1  # both ranks trained the same model after their uneven rollouts
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

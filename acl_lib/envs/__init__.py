@@ -83,9 +83,10 @@ def env_class(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
-def make_env(name: str, worlds=None, seed: int = 0):
-    """Instantiate environment ``name`` for a world config and a world seed."""
-    return env_class(name)(worlds, seed=seed)
+def make_env(name: str, worlds=None, seed: int = 0, **options):
+    """Instantiate environment ``name`` for a world config and a world seed; ``options`` go to its constructor
+    (``instruct``'s ``vocab``), which checks them."""
+    return env_class(name)(worlds, seed=seed, **options)
 
 
 def scripted_expert(name: str):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -382,6 +383,33 @@ def context_limit(trainer) -> int | None:
     return int(n) if n else None
 
 
+@contextmanager
+def zero3_forwards_stay_local(engine):
+    """Inside TRL's ``unwrap_model_for_generation`` (weights gathered, ZeRO-3 module hooks removed): also take off
+    the hook DeepSpeed keeps on the top module, so a forward pass is local to its rank.
+
+    TRL's ``remove_hooks`` removes the ZeRO-3 ``forward_hooks``/``backward_hooks`` lists but not the
+    ``fwd_pre_hook`` that ``DeepSpeedZeRoOffload.setup_zero_stage3_hooks`` registers apart from them (TRL PR 4693
+    documents the same). That hook's ``reset_step`` checks, while the parameter trace is incomplete (it always is
+    during generation: ``add_hooks`` invalidates it), that the ranks recorded the same module order: a broadcast
+    across the ranks at every forward. TRL's single-turn generation runs in lockstep (``synced_gpus``); a
+    multi-turn rollout does not: a rank whose episodes all end first (a customer that fails at its opening) stops
+    making forwards and the other ranks wait in that broadcast forever (found by the hostfile rehearsal). The hook
+    goes back on, first in order as before, when the block ends. A no-op without ZeRO-3."""
+    opt = getattr(engine, "optimizer", None)
+    offload = getattr(opt, "parameter_offload", opt)
+    handle, module = getattr(offload, "fwd_pre_hook", None), getattr(offload, "module", None)
+    hook = module._forward_pre_hooks.get(handle.id) if handle is not None and module is not None else None
+    if hook is None:
+        yield
+        return
+    handle.remove()
+    try:
+        yield
+    finally:
+        offload.fwd_pre_hook = module.register_forward_pre_hook(hook, prepend=True)
+
+
 def hf_policy(trainer) -> Policy:
     """A ``Policy`` sampling from the trainer's model with ``model.generate`` (CPU / no vLLM).
 
@@ -402,8 +430,8 @@ def hf_policy(trainer) -> Policy:
             state["gen"] = TurnGenerator(model, tok.pad_token_id, stop_token_ids(tok), batch_size=len(reqs))
         # synced_gpus=False: under ZeRO-3 generate() otherwise all-reduces after every token, and ranks whose
         # episodes take different numbers of turns then wait on each other forever (found by the hostfile rehearsal).
-        # The weights are gathered whole for the rollout (ds3_gather_for_generation, EpisodeRollout): generation
-        # is local.
+        # The weights are gathered whole for the rollout (ds3_gather_for_generation) and every ZeRO-3 hook is off
+        # (EpisodeRollout, zero3_forwards_stay_local): generation is local.
         outs = state["gen"].generate([(id(r.episode), r.ids) for r in reqs], max(r.max_new_tokens for r in reqs),
                                      generation_config=trainer.generation_config, synced_gpus=False)
         return outs, None
@@ -483,7 +511,7 @@ class EpisodeRollout:
                 trainer.model_wrapped, trainer.accelerator,
                 gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
                 generation_kwargs=getattr(trainer, "generation_kwargs", None),
-            ) as model:
+            ) as model, zero3_forwards_stay_local(trainer.model_wrapped):
                 trainer._acl_gen_model = model
                 try:
                     rolls = run(hf_policy(trainer))
