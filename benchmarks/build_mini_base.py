@@ -132,17 +132,21 @@ def reuse_phases(src: str) -> None:
     _start_from("--reuse-phases", {src_dir / d: d for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR)}, check)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-ship", action="store_true", help="build and score, do not write acl_lib/data/mini_base")
     ap.add_argument("--output-dir", default="outputs/base_build")
     ap.add_argument("--reuse-warmup", metavar="DIR", default=None,
                     help="a finished checkpoints/copy_warmup of an earlier build with the same phase-1 settings")
-    ap.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
+    ap.add_argument("--set", dest="overrides", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
                     help="config overrides on the mini profile (the shipped base's are in its card's command)")
     ap.add_argument("--reuse-phases", metavar="RUN", default=None,
                     help="an earlier build's run directory whose phases 1-2 had this build's settings")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.reuse_warmup and args.reuse_phases:
         raise SystemExit("--reuse-warmup and --reuse-phases: give one")
     if args.reuse_phases:

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--from", dest="start", default=None, help="the model to mid-train (default: the shipped base)")
     ap.add_argument("--suites", default="all", choices=["in_domain", "ood", "all"])
     ap.add_argument("--root", default="outputs/midtrain_probes")
-    ap.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
+    ap.add_argument("--set", dest="overrides", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
                     help="config overrides on the mini profile (pretrain.midtrain_*)")
     args = ap.parse_args(argv)
 

@@ -27,7 +27,7 @@ def main() -> int:
     ap.add_argument("--profile", default="smoke")
     ap.add_argument("--only", nargs="*", default=None, help="notebook prefixes (default: all)")
     ap.add_argument("--keep", default=None, help="directory for outputs/ and papermill_runs/ (default: a tmp dir)")
-    ap.add_argument("--set", nargs="*", default=[], help="config overrides")
+    ap.add_argument("--set", nargs="*", action="extend", default=[], help="config overrides")
     args = ap.parse_args()
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix=f"acl-bench-{args.profile}-"))

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model_dir")
     ap.add_argument("--profile", default="mini")
-    ap.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--set", dest="overrides", nargs="*", action="extend", default=[], metavar="KEY=VALUE")
     ap.add_argument("--benchmarks", nargs="*", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-reuse", action="store_true",

@@ -76,3 +76,11 @@ def test_another_tokenizer_is_refused(wrapped, tmp_path):
 def test_an_unfinished_earlier_build_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="no finished phases 1-2"):
         builder().reuse_phases(str(tmp_path / "nothing"))
+
+
+def test_every_set_flag_counts():
+    """A second ``--set`` adds its overrides (it replaced the first, silently dropping settings from a build)."""
+    args = builder().parse_args(["--set", "pretrain.midtrain_if_vocab=wide", "--set", "pretrain.midtrain_steps=10",
+                                 "pretrain.midtrain_lr=0.001"])
+    assert args.overrides == ["pretrain.midtrain_if_vocab=wide", "pretrain.midtrain_steps=10",
+                              "pretrain.midtrain_lr=0.001"]
