@@ -30,10 +30,10 @@ language model to play. This module is that player:
   ``<tool_call>`` markup. A customer without tools is the text-only player above (tool-call markup is garbled).
 - **Failed turns.** A simulator turn fails when its backend raises (an HTTP error: ``transformers serve`` answers
   500, or 400 for tool-call arguments that are not JSON, when it cannot parse a response with the tokenizer's
-  response template; a timeout; a context overflow) or
-  when its reply is garbled: empty once ``<think>`` blocks are removed, or holding tool-call markup when the customer
-  has no tools (or more than ``max_tool_calls`` calls before a message when it has). The episode then ends at once
-  with ``failure = "user simulator failed: ..."``, never a crash.
+  response template; a timeout; a context overflow) or when its reply is garbled: empty once ``<think>`` blocks are
+  removed, or holding tool-call markup when the customer has no tools (or more than ``max_tool_calls`` calls before
+  a message when it has). The episode then ends at once with ``failure = "user simulator failed: ..."``, never a
+  crash.
 
 The simulating model (``worlds.user_sim``, ``config.UserSimConfig``) is any policy the suite has, or an endpoint:
 
