@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -20,6 +21,13 @@ def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
     return env
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback address (a server's or a process group's)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def write_notebook(path: Path, body: list[str], title: str = "Throwaway test notebook") -> Path:

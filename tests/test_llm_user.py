@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from acl_lib.envs.llm_user import GREETING, LLMUser, OpenAIChat, UserSimError
 from acl_lib.envs.mock import MockEnv
 from acl_lib.envs.retail import RetailEnv
 from acl_lib.eval import harness  # hands llm_user the evaluator's policies for the local backends (hf here)
-from conftest import ROOT, child_env
+from conftest import ROOT, child_env, free_port
 
 TAU2 = ROOT / "tests" / "data" / "tau2"
 MINI_BASE = ROOT / "acl_lib" / "data" / "mini_base"
@@ -271,12 +270,6 @@ def test_evaluation_runs_the_real_retail_and_mock_benchmarks(tmp_path, monkeypat
 
 
 # --- over HTTP: transformers serve on the loopback address ------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

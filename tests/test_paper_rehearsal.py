@@ -530,12 +530,7 @@ def test_mmopd_step_under_two_process_zero3(qwen3_dir, layout, tmp_path):
                                           "torch_threads": 2, "mmopd.max_steps": 1, "mmopd.batch_size": 4,
                                           "mmopd.n_prompts": 2, "mmopd.teacher_placement": "offload",
                                           # the ZeRO-3 config is bf16 (zero3_bf16.json): the paper's precision
-                                          "launcher.mixed_precision": "bf16",
-                                          # greedy, the mini base opens one of the two training tasks with tool
-                                          # calls: that rank's episodes end at once and the other rank generates
-                                          # alone, which hung under ZeRO-3 until
-                                          # trl_env.zero3_forwards_stay_local (issue 32)
-                                          "worlds.user_sim.temperature": 0.0})
+                                          "launcher.mixed_precision": "bf16"})
     assert cfg.launcher.zero_stage == 3
     teachers = {"t_math": _perturbed_copy(qwen3_dir, tmp_path / "t_math", 1),
                 "t_if": _perturbed_copy(qwen3_dir, tmp_path / "t_if", 2)}

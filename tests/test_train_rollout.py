@@ -370,21 +370,14 @@ def test_zero3_ranks_with_uneven_rollout_forwards_do_not_wait_on_each_other(tmp_
     import subprocess
     import sys
 
-    from conftest import ROOT, child_env
+    from conftest import ROOT, child_env, free_port
 
     env = {**child_env(), "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(ROOT)}
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", str(_free_port()), str(ROOT / "tests" / "zero3_uneven_forwards.py")],
+                          "--master_port", str(free_port()), str(ROOT / "tests" / "zero3_uneven_forwards.py")],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "rank 0 done" in res.stdout and "rank 1 done" in res.stdout
     losses = {line.split(" loss ")[1] for line in res.stdout.splitlines() if " step 1 loss " in line}
     assert len(losses) == 1  # both ranks trained the same model after their uneven rollouts
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
