@@ -1,5 +1,6 @@
 # Two commands on a fresh machine with Python 3.11:
 #   make run    create .venv if missing, install the suite, execute every notebook (profile mini, seed 0)
+#               (SEEDS="0 1 2" JOBS=2: three seeds, two side by side, each on its share of the cores)
 #   make test   create .venv if missing, install with test extras, run the test suite (everything, on 2 workers;
 #               what CI runs)
 #   make test-fast  the inner loop: the tests not marked `slow` (training, processes, notebooks) on 2 workers, ~3 min
@@ -22,12 +23,13 @@ TORCH_SPEC     ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 PROFILE ?= mini
 SEEDS   ?= 0
+JOBS    ?= 1
 PYTEST_ARGS ?=
 
 .PHONY: run test test-fast lint rehearsal install smoke status lab nbstrip clean-venv curriculum report
 
 run: $(STAMP)
-	$(VENV)/bin/acl run --profile $(PROFILE) --seeds $(SEEDS)
+	$(VENV)/bin/acl run --profile $(PROFILE) --seeds $(SEEDS) --jobs $(JOBS)
 
 # Two workers (pytest-xdist): the long tests (every notebook at smoke, the two-process reproducibility run, the
 # Ctrl-C and SIGKILL runs) then overlap with the rest.

@@ -95,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="execute every notebook again, even one whose last execution with the same parameters is "
                    "complete and whose runs are all still on disk (those are skipped by default); runs that are "
                    "complete are still not retrained")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="seeds run side by side: up to N seeds at once, each in an `acl run` process of its own "
+                   "with the config's torch_threads divided among them, its lines prefixed [seed k]; the final "
+                   "tables run after the last seed. Default 1 (one seed after another). On a small CPU machine the "
+                   "mini model keeps one core busy per process, so --jobs 2 on 2 cores finishes seeds sooner "
+                   "(docs/mini-calibration.md)")
     _add_set(p)
     _add_dirs(p)
     p.set_defaults(func=cmd_run)
@@ -304,6 +310,9 @@ def cmd_run(args) -> int:
     from acl_lib import notebooks as nbs
 
     overrides = list(args.overrides) + _dir_overrides(args)
+    if args.jobs < 1:
+        _err(f"--jobs {args.jobs}: give 1 or more (the number of seeds run side by side)")
+        return EXIT_USAGE
     # Validate every seed's config before any notebook starts: a typo fails here, in seconds.
     cfgs = {seed: _load(args.profile, overrides, seed) for seed in args.seeds}
     nb_dir = Path(args.notebooks_dir)
@@ -330,7 +339,115 @@ def cmd_run(args) -> int:
         if problem:
             _err(problem)
             return EXIT_USAGE
-        return _run_notebooks(args, cfgs, notebooks, overrides)
+        if args.jobs == 1 or len(args.seeds) == 1:
+            return _run_notebooks(args, cfgs, notebooks, overrides)
+    # Seeds side by side: each child `acl run --seeds k` takes its own seed's lock (checked free just above), so
+    # a child left running by a killed parent still keeps a second run out of its seed.
+    rc = _run_seeds_side_by_side(args, cfgs, notebooks, overrides)
+    if rc != 0:
+        return rc
+    over_seeds = [nb for nb in notebooks if nbs.across_seeds(nb)]
+    if not over_seeds:
+        return 0
+    with ExitStack() as locks:
+        problem = _hold_run_locks(cfgs, args.profile, locks)
+        if problem:
+            _err(problem)
+            return EXIT_USAGE
+        return _run_notebooks(args, cfgs, over_seeds, overrides)
+
+
+def _run_seeds_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: list[str]) -> int:
+    """The per-seed notebooks of every seed, up to ``args.jobs`` seeds at once, each seed in a child ``acl run``
+    (a session of its own, so Ctrl-C here is handed to each child once, and a second Ctrl-C once more: the
+    children stop as a single ``acl run`` does). The config's thread budget is divided among the children. Every
+    seed runs to its end even when another fails; returns 0, 1 if a seed failed, or 130 if interrupted."""
+    import os
+    import signal
+    import subprocess
+    import threading
+
+    from acl_lib import notebooks as nbs
+    from acl_lib.seeding import available_cpus
+
+    per_seed = [nb for nb in notebooks if not nbs.across_seeds(nb)]
+    if not per_seed:
+        return 0
+    jobs = min(args.jobs, len(args.seeds))
+    budget = cfgs[args.seeds[0]].torch_threads or available_cpus()
+    threads = max(1, budget // jobs)
+    print(f"acl run: seeds {' '.join(map(str, args.seeds))}, {jobs} at a time, {threads} torch thread(s) each",
+          flush=True)
+    prefixes = [nb.name.split("_")[0] for nb in per_seed]
+    pending, running, results = list(args.seeds), {}, {}
+    interrupted = 0
+    out_lock = threading.Lock()
+
+    def relay(stream, seed: int, sink) -> None:
+        for line in stream:
+            with out_lock:
+                sink.write(f"[seed {seed}] {line}")
+                sink.flush()
+
+    def start(seed: int) -> None:
+        cmd = [sys.executable, "-m", "acl_lib.cli", "run", "--profile", args.profile, "--seeds", str(seed),
+               "--only", *prefixes, "--notebooks-dir", str(args.notebooks_dir),
+               "--set", *overrides, f"torch_threads={threads}"]
+        if args.re_execute:
+            cmd.append("--re-execute")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                bufsize=1, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        readers = [threading.Thread(target=relay, args=(proc.stdout, seed, sys.stdout), daemon=True),
+                   threading.Thread(target=relay, args=(proc.stderr, seed, sys.stderr), daemon=True)]
+        for r in readers:
+            r.start()
+        running[seed] = (proc, readers)
+
+    def reap() -> None:
+        for seed, (proc, readers) in list(running.items()):
+            if proc.poll() is not None:
+                for r in readers:
+                    r.join()
+                results[seed] = proc.returncode
+                del running[seed]
+
+    def on_sigint(signum, frame) -> None:
+        nonlocal interrupted
+        interrupted += 1
+        for proc, _ in list(running.values()):  # each child stops as a lone `acl run` would on this Ctrl-C
+            try:
+                proc.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.SIG_IGN:  # SIGINT ignored on entry (a background job) stays ignored
+        signal.signal(signal.SIGINT, on_sigint)
+    t0 = time.time()
+    try:
+        while pending or running:
+            while pending and not interrupted and len(running) < jobs:
+                start(pending.pop(0))
+            time.sleep(0.2)
+            reap()
+    finally:
+        if previous is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, previous)
+    failed = sorted(s for s, rc in results.items() if rc not in (0, 130))
+    stopped = sorted(s for s, rc in results.items() if rc == 130)
+    print(f"\nacl run: seeds side by side in {_fmt_s(time.time() - t0)}: "
+          + ", ".join(f"seed {s} {'ok' if rc == 0 else 'interrupted' if rc == 130 else f'failed (exit {rc})'}"
+                      for s, rc in sorted(results.items())), flush=True)
+    if interrupted or stopped:
+        print("acl run: interrupted; the same command resumes where each seed stopped", file=sys.stderr)
+        return 130
+    if failed:
+        print(f"acl run: seed(s) {' '.join(map(str, failed))} failed (their lines above, prefixed [seed k]); the "
+              "final tables were not run", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
 
 
 def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]) -> int:

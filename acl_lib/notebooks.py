@@ -435,13 +435,21 @@ def write_done(seed_dir: str | Path, notebook: str | Path, parameters: dict[str,
     return path
 
 
+def _same_results(parameters: dict[str, Any]) -> dict[str, Any]:
+    """``parameters`` without the overrides that change no result: the thread count (``acl run --jobs`` sets one
+    per seed; the run store's config hash leaves it out too)."""
+    return {**parameters, "overrides": [o for o in parameters.get("overrides") or []
+                                        if not str(o).replace(" ", "").startswith("torch_threads=")]}
+
+
 def is_done(seed_dir: str | Path, notebook: str | Path, parameters: dict[str, Any], executed: str | Path) -> str | None:
     """Why ``notebook`` need not run again (a sentence), or None when it must."""
     try:
         record = json.loads(done_record_path(seed_dir, notebook).read_text())
     except (OSError, ValueError):
         return None
-    if record.get("notebook_sha256") != _file_sha256(notebook) or record.get("parameters") != parameters:
+    if (record.get("notebook_sha256") != _file_sha256(notebook)
+            or _same_results(record.get("parameters") or {}) != _same_results(parameters)):
         return None
     if notebook_state(executed)[0] != "done":
         return None
