@@ -368,11 +368,13 @@ def _run_seeds_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: 
     import threading
 
     from acl_lib import notebooks as nbs
+    from acl_lib import png_export
     from acl_lib.seeding import available_cpus
 
     per_seed = [nb for nb in notebooks if not nbs.across_seeds(nb)]
     if not per_seed:
         return 0
+    os.environ.update(png_export.environment_for_children())  # the browser probe once, for every child
     jobs = min(args.jobs, len(args.seeds))
     budget = cfgs[args.seeds[0]].torch_threads or available_cpus()
     threads = max(1, budget // jobs)
