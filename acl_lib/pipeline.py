@@ -228,14 +228,28 @@ def run_sequential_stage(cfg: Config, index: int) -> Run:
     if not prev.is_complete():
         raise RuntimeError(f"stage {index} needs the complete run '{prev.name}' first ({prev.path}); run its notebook")
     domain = cfg.pipeline.curriculum[index - 1]
-    fn = _stage_fn(domain, prev)
+    fn, twin = _stage_fn(domain, prev), None
     if index == 1:  # stage 1 from the base is the same job as the domain's oracle (see run_oracle): reuse it
         twin = oracle_run(cfg, domain)
         if twin.is_complete():
             fn = copy_run_fn(twin)
+        else:
+            twin = None
     run_once(run, fn)
-    evaluate_checkpoint(cfg, run)
+    evaluate_checkpoint(cfg, run, same_as=_copied_from(run, twin))
     return run
+
+
+def _copied_from(run: Run, twin: Run | None) -> Run | None:
+    """``twin`` when ``run``'s model is a copy of it (its ``same_as.json`` names it), else None: then the
+    evaluation of the copy is the twin's, copied too, instead of the same evaluation run again."""
+    if twin is None:
+        return None
+    try:
+        same = json.loads((run.path / "same_as.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return twin if same.get("run") == twin.name else None
 
 
 def oracle_run(cfg: Config, domain: str) -> Run:
@@ -278,7 +292,7 @@ def run_oracle(cfg: Config, domain: str) -> Run:
     twin = oracle_twin(cfg, domain)
     fn = copy_run_fn(twin) if twin is not None else _stage_fn(domain, base)
     run = run_once(oracle_run(cfg, domain), fn)
-    evaluate_checkpoint(cfg, run)
+    evaluate_checkpoint(cfg, run, same_as=_copied_from(run, twin))
     return run
 
 

@@ -92,11 +92,14 @@ def _complete(run, files: dict[str, str]) -> None:
 def test_the_first_stages_oracle_is_copied_not_retrained(tmp_path, monkeypatch):
     from acl_lib.eval import harness
 
-    monkeypatch.setattr(harness, "evaluate", _fake_evaluate([]))
+    calls = []
+    monkeypatch.setattr(harness, "evaluate", _fake_evaluate(calls))
     cfg = load_config("smoke", [f"output_dir={tmp_path}"])
     assert pipeline.oracle_twin(cfg, "math") is None  # seq_math not complete: the oracle would train
     _complete(pipeline.base_run(cfg), {})
     _complete(pipeline.sequential_run(cfg, 1), {"stage.json": json.dumps({"domain": "math"})})
+    pipeline.evaluate_checkpoint(cfg, pipeline.sequential_run(cfg, 1))
+    assert calls == ["seq_math"]
     assert pipeline.oracle_twin(cfg, "math").name == "seq_math"
     assert pipeline.oracle_twin(cfg, "search") is None  # only the curriculum's first domain has a twin
     # same recipe, same input: the very same training hash
@@ -106,13 +109,18 @@ def test_the_first_stages_oracle_is_copied_not_retrained(tmp_path, monkeypatch):
     assert json.loads((run.path / "stage.json").read_text()) == {"domain": "math"}
     assert (run.path / "model" / "weights.txt").read_text() == "w"
     assert json.loads((run.path / "same_as.json").read_text())["run"] == "seq_math"
+    # and so is its evaluation: the same checkpoint under the same settings is not scored twice
+    assert calls == ["seq_math"]
+    assert json.loads((pipeline.eval_run(cfg, run).path / "same_as.json").read_text())["run"] == "seq_math/eval"
     # another curriculum: math is no longer first, so its oracle has no twin
     other = load_config("smoke", [f"output_dir={tmp_path}", "pipeline.curriculum=[if,math,search,ecom]"])
     assert pipeline.oracle_twin(other, "math") is None
 
     # the other way round: the first stage of another order copies its domain's complete oracle (notebook 13)
     _complete(pipeline.oracle_run(cfg, "if"), {"stage.json": json.dumps({"domain": "if"})})
+    pipeline.evaluate_checkpoint(cfg, pipeline.oracle_run(cfg, "if"))
     first = pipeline.run_sequential_stage(other, 1)
+    assert calls == ["seq_math", "oracle_if"]  # seq1_if's evaluation is oracle_if's, copied
     assert first.name == "seq1_if" and first.is_complete()
     assert first.config_hash == pipeline.oracle_run(cfg, "if").config_hash
     assert json.loads((first.path / "same_as.json").read_text())["run"] == "oracle_if"
