@@ -277,6 +277,15 @@ def test_sdft_end_to_end_on_smoke(cfg, store):
     assert trained == [r["messages"] for r in union]
     again = sdft.run_sdft(cfg, sdft.SDFTSpec("sdft"))  # complete: skipped
     assert again.read_json("COMPLETE.json") == run.read_json("COMPLETE.json")
+    # weights that select the same rows (uniform, scaled) make the very same SFT job: copied with its evaluation
+    twin = sdft.run_sdft(cfg, sdft.SDFTSpec("sdft_mix_same", mixture={d: 2.0 for d in cfg.pipeline.curriculum}))
+    assert json.loads((twin.path / "same_as.json").read_text())["run"] == "sdft"
+    assert json.loads((twin.path / "eval" / "same_as.json").read_text())["run"] == "sdft/eval"
+    assert twin.read_json(sdft.SUMMARY_JSON)["same_as"] == "sdft"
+    assert twin.read_json(sdft.SUMMARY_JSON)["mixture"] == {d: 2.0 for d in cfg.pipeline.curriculum}
+    # another order presents other rows first: trained, not copied
+    staged = sdft.run_sdft(cfg, sdft.SDFTSpec("sdft_staged", order="staged"), evaluate=False)
+    assert staged.is_complete() and not (staged.path / "same_as.json").exists()
 
     sdft.run_sdft(cfg, sdft.SDFTSpec("sdft_base", start="base"), evaluate=False)
     directions = sdft.run_update_directions(cfg)

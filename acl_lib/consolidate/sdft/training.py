@@ -12,6 +12,7 @@ written atomically; then scored on the whole suite by the pipeline's evaluation 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from acl_lib.diagnostics.weights import weight_change
 from acl_lib.runs import Run, run_once
 from acl_lib.train import common
 from acl_lib.train.launcher import launch
-from acl_lib.train.sft import write_rows
+from acl_lib.train.sft import read_rows, write_rows
 
 logger = logging.getLogger("acl.consolidate.sdft")
 
@@ -127,10 +128,18 @@ def run_sdft(cfg, spec: SDFTSpec, evaluate: bool = True):
                      f"the kept ones { {d: sum(x['domain'] == d for x in rows) for d in cfg.pipeline.curriculum} } "
                      f"({data.path / FILTER_JSON} says why)")
 
+    rows_in = [{k: x[k] for k in ROW_KEYS} for x in union]
+    twin = same_union_twin(cfg, spec, rows_in)
+    if twin is not None:  # the same SFT on the same rows from the same start: copy it with its evaluation
+        copied = run_once(run, _copy_sdft_fn(twin, recipe))
+        if evaluate:
+            pipeline.evaluate_checkpoint(cfg, copied, same_as=twin)
+        return copied
+
     def fn(r) -> None:
         with r.atomic_dir(TRAIN_DATA_DIR) as tmp:
             save_rows(union, tmp)
-        path = write_rows([{k: x[k] for k in ROW_KEYS} for x in union], r.path / TRAIN_ROWS)
+        path = write_rows(rows_in, r.path / TRAIN_ROWS)
         s = cfg.sdft
         seen = min(len(union), s.max_steps * s.batch_size)
         unseen = sorted({x["domain"] for x in union[seen:]} - {x["domain"] for x in union[:seen]})
@@ -159,6 +168,40 @@ def run_sdft(cfg, spec: SDFTSpec, evaluate: bool = True):
     if evaluate:
         pipeline.evaluate_checkpoint(cfg, run)
     return run
+
+
+def same_union_twin(cfg, spec: SDFTSpec, rows_in: list[dict]) -> Run | None:
+    """A complete SDFT run, other than ``spec``'s, from the same start whose training rows are ``rows_in`` in the
+    same order (``train_rows.jsonl``): the very same SFT job. A mixture ablation is one when the kept rows cap
+    every domain's count (few kept rows: the weights cannot change what there is). Candidates: ``sdft`` /
+    ``sdft_base`` (the config's mixture and order) and the ablations of ``ablation_specs``."""
+    candidates = [SDFTSpec("sdft" if spec.start != "base" else "sdft_base", start=spec.start)]
+    if spec.start != "base":
+        candidates += ablation_specs(cfg, cfg.ablations.sdft_mixture, cfg.ablations.sdft_orders)
+    for other in candidates:
+        if other.name == spec.name:
+            continue
+        run = sdft_run(cfg, other)
+        if run.is_complete() and (run.path / TRAIN_ROWS).is_file():
+            if read_rows(run.path / TRAIN_ROWS) == json.loads(json.dumps(rows_in)):
+                return run
+    return None
+
+
+def _copy_sdft_fn(twin: Run, recipe: dict):
+    """Fill an SDFT run with ``twin``'s model, rows and logs; its ``sdft.json`` is the twin's with this run's recipe
+    and ``same_as`` (the run the training is)."""
+    copy = pipeline.copy_run_fn(twin, files=(TRAIN_ROWS, common.TRAIN_LOG, "train_summary.json"),
+                                why="an SDFT run on the very same rows, in the same order, from the same start")
+
+    def fn(r) -> None:
+        copy(r)
+        summary = json.loads((twin.path / SUMMARY_JSON).read_text())
+        r.write_json(SUMMARY_JSON, {**summary, **recipe, "same_as": twin.name})
+        r.logger.info("sdft %s: the same rows as %s (%s): copied, not trained again", recipe["name"], twin.name,
+                      summary.get("rows_per_domain"))
+
+    return fn
 
 
 def run_sdft_specs(cfg, specs: Sequence[SDFTSpec], evaluate: bool = True) -> list[str]:
