@@ -233,8 +233,6 @@ def run_sequential_stage(cfg: Config, index: int) -> Run:
         twin = oracle_run(cfg, domain)
         if twin.is_complete():
             fn = copy_run_fn(twin)
-        else:
-            twin = None
     run_once(run, fn)
     evaluate_checkpoint(cfg, run, same_as=_copied_from(run, twin))
     return run

@@ -178,13 +178,12 @@ def same_union_twin(cfg, spec: SDFTSpec, rows_in: list[dict]) -> Run | None:
     candidates = [SDFTSpec("sdft" if spec.start != "base" else "sdft_base", start=spec.start)]
     if spec.start != "base":
         candidates += ablation_specs(cfg, cfg.ablations.sdft_mixture, cfg.ablations.sdft_orders)
+    as_written = json.loads(json.dumps(rows_in))  # what train_rows.jsonl reads back as
     for other in candidates:
-        if other.name == spec.name:
-            continue
         run = sdft_run(cfg, other)
-        if run.is_complete() and (run.path / TRAIN_ROWS).is_file():
-            if read_rows(run.path / TRAIN_ROWS) == json.loads(json.dumps(rows_in)):
-                return run
+        if (other.name != spec.name and run.is_complete() and (run.path / TRAIN_ROWS).is_file()
+                and read_rows(run.path / TRAIN_ROWS) == as_written):
+            return run
     return None
 
 
