@@ -27,6 +27,8 @@ from pathlib import Path
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+# Set by `acl run --jobs N` once it has printed the no-PNG hint, so that its per-seed children do not repeat it.
+_PNG_HINT_SHOWN = "ACL_PNG_HINT_SHOWN"
 
 
 def _profiles() -> list[str]:
@@ -374,7 +376,11 @@ def _run_seeds_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: 
     per_seed = [nb for nb in notebooks if not nbs.across_seeds(nb)]
     if not per_seed:
         return 0
-    os.environ.update(png_export.environment_for_children())  # the browser probe once, for every child
+    png = png_export.environment_for_children()  # the browser probe once, for every child
+    os.environ.update(png)
+    if png[png_export.PNG_ENV] == "0":
+        print(png_export.hint(png[png_export.WHY_ENV]), flush=True)
+        os.environ[_PNG_HINT_SHOWN] = "1"  # the children stay quiet about it
     jobs = min(args.jobs, len(args.seeds))
     budget = cfgs[args.seeds[0]].torch_threads or available_cpus()
     threads = max(1, budget // jobs)
@@ -465,7 +471,7 @@ def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]
     # Whether figures get PNG copies, decided once here (bounded in time) and handed to every kernel.
     png = png_export.environment_for_children()
     os.environ.update(png)
-    if png[png_export.PNG_ENV] == "0":
+    if png[png_export.PNG_ENV] == "0" and not os.environ.get(_PNG_HINT_SHOWN):
         print(png_export.hint(png[png_export.WHY_ENV]), flush=True)
     t0 = time.time()
     skipped = 0

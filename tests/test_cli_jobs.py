@@ -52,10 +52,11 @@ def test_two_seeds_side_by_side_then_the_final_tables_then_nothing_to_redo(tmp_p
     out, pm = tmp_path / "out", tmp_path / "pm"
     args = [*ACL, "run", "--profile", "smoke", "--seeds", "0", "1", "--notebooks-dir", str(nb_dir),
             "--output-dir", str(out), "--papermill-dir", str(pm), "--set", "torch_threads=4"]
-    res = subprocess.run([*args, "--jobs", "2"], cwd=ROOT, env=child_env(), capture_output=True, text=True,
-                         timeout=600)
+    res = subprocess.run([*args, "--jobs", "2"], cwd=ROOT, env=dict(child_env(), ACL_PNG="0"), capture_output=True,
+                         text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "2 at a time, 2 torch thread(s) each" in res.stdout
+    assert res.stdout.count("no PNG copies") == 1, res.stdout  # said once by the parent, not again by each seed
     assert "[seed 0] [1/1] 00_record.ipynb" in res.stdout and "[seed 1] [1/1] 00_record.ipynb" in res.stdout
 
     rec = {s: json.loads((out / "smoke" / f"seed{s}" / "record.json").read_text()) for s in (0, 1)}
