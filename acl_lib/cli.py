@@ -31,6 +31,21 @@ EXIT_USAGE = 2
 _PNG_HINT_SHOWN = "ACL_PNG_HINT_SHOWN"
 
 
+def _decide_png() -> None:
+    """Decide once (bounded in time) whether figures get PNG copies, hand the answer to every child process through
+    the environment, and say once why not: a parent that already said it (``acl run --jobs``) keeps its children
+    quiet."""
+    import os
+
+    from acl_lib import png_export
+
+    png = png_export.environment_for_children()
+    os.environ.update(png)
+    if png[png_export.PNG_ENV] == "0" and not os.environ.get(_PNG_HINT_SHOWN):
+        print(png_export.hint(png[png_export.WHY_ENV]), flush=True)
+        os.environ[_PNG_HINT_SHOWN] = "1"
+
+
 def _profiles() -> list[str]:
     # Listing the YAML files directly (not via acl_lib.config) keeps pydantic out of `--help`.
     return sorted(p.stem for p in (Path(__file__).parent / "profiles").glob("*.yaml"))
@@ -370,17 +385,12 @@ def _run_seeds_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: 
     import threading
 
     from acl_lib import notebooks as nbs
-    from acl_lib import png_export
     from acl_lib.seeding import available_cpus
 
     per_seed = [nb for nb in notebooks if not nbs.across_seeds(nb)]
     if not per_seed:
         return 0
-    png = png_export.environment_for_children()  # the browser probe once, for every child
-    os.environ.update(png)
-    if png[png_export.PNG_ENV] == "0":
-        print(png_export.hint(png[png_export.WHY_ENV]), flush=True)
-        os.environ[_PNG_HINT_SHOWN] = "1"  # the children stay quiet about it
+    _decide_png()  # the browser probe once, for every child
     jobs = min(args.jobs, len(args.seeds))
     budget = cfgs[args.seeds[0]].torch_threads or available_cpus()
     threads = max(1, budget // jobs)
@@ -461,18 +471,12 @@ def _run_seeds_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: 
 def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]) -> int:
     """Execute the notebooks in order, printing one header line per notebook and, below it, the progress
     lines its kernel writes (which run, which training step, loss or reward, time left)."""
-    import os
 
     from acl_lib import notebooks as nbs
-    from acl_lib import png_export
 
     # per seed, every notebook in prefix order; then the final tables once over all the seeds (nbs.plan_jobs)
     jobs = nbs.plan_jobs(notebooks, args.seeds)
-    # Whether figures get PNG copies, decided once here (bounded in time) and handed to every kernel.
-    png = png_export.environment_for_children()
-    os.environ.update(png)
-    if png[png_export.PNG_ENV] == "0" and not os.environ.get(_PNG_HINT_SHOWN):
-        print(png_export.hint(png[png_export.WHY_ENV]), flush=True)
+    _decide_png()  # whether figures get PNG copies, decided once here and handed to every kernel
     t0 = time.time()
     skipped = 0
     for i, job in enumerate(jobs, 1):
