@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     out = run.path / "model"
     train_s = time.perf_counter() - t0
     after = evaluate(cfg, str(out), run.path / "eval_after", benchmarks=[bench])["scores"][bench]
-    print("RESULT", args.tag, args.domain, "seed", args.seed, "train_s", round(train_s), bench, "before", before, "after", after,
-          flush=True)
+    print("RESULT", args.tag, args.domain, "seed", args.seed, "train_s", round(train_s), bench,
+          "before", before, "after", after, flush=True)
 
 
 if __name__ == "__main__":
