@@ -5,6 +5,7 @@
     python benchmarks/build_mini_base.py --no-ship  # build and score only
     python benchmarks/build_mini_base.py --reuse-warmup DIR   # phase 1 taken from an earlier build
     python benchmarks/build_mini_base.py --reuse-phases RUN   # phases 1-2 taken from an earlier build
+    python benchmarks/build_mini_base.py --from-base DIR      # phases 1-3 are a base built by this recipe
 
 Runs notebook 00's step with ``pretrain.source=pretrain`` for the mini profile, seed 0, into
 ``outputs/base_build/`` (a run like any other: killed, it resumes from its last checkpoint), scores the result
@@ -20,6 +21,11 @@ tokenizer is byte-identical to this build's; the card records that it was reused
 ``--reuse-phases RUN``: the same for phases 1 and 2 together, when only phase 3 (``pretrain.midtrain_*``) changed.
 ``RUN`` is the earlier build's run directory (``.../mini/seed0/base``); it is refused unless its recorded config
 equals this build's in everything but the ``midtrain_*`` settings and its tokenizer is byte-identical.
+
+``--from-base DIR``: only phase 4 (the cool-down, ``pretrain.cooldown_*``) runs, from the base in ``DIR`` (a shipped
+base directory: weights and ``card.json``). It is refused unless the card's recipe hash equals this recipe's with
+the cool-down taken out, and the weights are the card's (sha256). The new card keeps the earlier card's phases
+1-3 (their wall time counted where they ran) and says they were taken from it.
 """
 
 from __future__ import annotations
@@ -132,6 +138,45 @@ def reuse_phases(src: str) -> None:
     _start_from("--reuse-phases", {src_dir / d: d for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR)}, check)
 
 
+def without_cooldown(cfg):
+    """``cfg`` with phase 4 taken out: the recipe of the base a cool-down starts from."""
+    from acl_lib.config import Config
+
+    tree = cfg.to_dict()
+    tree["pretrain"].update(cooldown_steps=0)
+    return Config.model_validate(tree)
+
+
+def cooldown_from_base(cfg, src: str, out_dir: str) -> tuple[str, dict]:
+    """Phase 4 alone from the base in ``src`` (checked against its card) into ``<out_dir>/mini/seed0/from_base``;
+    returns ``(model directory, the earlier card)``."""
+    import shutil
+    from pathlib import Path
+
+    from acl_lib.atomic import atomic_dir
+    from acl_lib.model.shipped import CARD, WEIGHTS, sha256
+    from acl_lib.train import pretrain
+
+    src_dir = Path(src)
+    if cfg.pretrain.cooldown_steps <= 0:
+        raise SystemExit("--from-base: the recipe has no phase 4 (pretrain.cooldown_steps is 0)")
+    if not (src_dir / CARD).is_file() or not (src_dir / WEIGHTS).is_file():
+        raise SystemExit(f"--from-base: {src_dir} has no {CARD} and {WEIGHTS} (a shipped base directory)")
+    card = json.loads((src_dir / CARD).read_text())
+    want = recipe_hash(without_cooldown(cfg))
+    if card.get("recipe_config_hash") != want:
+        raise SystemExit(f"--from-base: {src_dir} was built by recipe {card.get('recipe_config_hash')}, this "
+                         f"recipe's phases 1-3 are {want}; refused")
+    if sha256(src_dir / WEIGHTS) != card.get("sha256"):
+        raise SystemExit(f"--from-base: {src_dir / WEIGHTS} is not the weights its card names (sha256); refused")
+    run_dir = Path(out_dir) / cfg.profile / "seed0" / "from_base"
+    summary = pretrain.finish_cooldown(cfg, src_dir, run_dir)
+    with atomic_dir(run_dir / "model") as tmp:
+        shutil.copytree(run_dir / pretrain.COOLDOWN_DIR / "model", tmp, dirs_exist_ok=True)
+    card["cooldown_summary"] = summary
+    return str(run_dir / "model"), card
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-ship", action="store_true", help="build and score, do not write acl_lib/data/mini_base")
@@ -142,13 +187,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="config overrides on the mini profile (the shipped base's are in its card's command)")
     ap.add_argument("--reuse-phases", metavar="RUN", default=None,
                     help="an earlier build's run directory whose phases 1-2 had this build's settings")
+    ap.add_argument("--from-base", metavar="DIR", default=None,
+                    help="a base built by this recipe's phases 1-3 (card checked): run phase 4 only")
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.reuse_warmup and args.reuse_phases:
-        raise SystemExit("--reuse-warmup and --reuse-phases: give one")
+    if sum(map(bool, (args.reuse_warmup, args.reuse_phases, args.from_base))) > 1:
+        raise SystemExit("--reuse-warmup, --reuse-phases and --from-base: give one")
+    if args.from_base:
+        return main_from_base(args)
     if args.reuse_phases:
         reuse_phases(args.reuse_phases)
     if args.reuse_warmup:
@@ -178,7 +227,13 @@ def main(argv: list[str] | None = None) -> None:
         mid = {"wall_s": mid["wall_s"], "steps": mid["steps"], "demos": mid["demos"],
                "tokens_seen": round(mid["dataset_tokens"] * mid["steps"] * cfg.pretrain.midtrain_batch_size
                                     / max(1, mid["rows"]))}
-    tokens = summary["tokens_seen"] + warm.get("tokens_seen", 0) + (mid["tokens_seen"] if mid else 0)
+    cool = summary.get("cooldown")
+    if cool:
+        p = cfg.pretrain
+        cool = {"wall_s": cool["wall_s"], "steps": p.cooldown_steps,
+                "tokens_seen": p.cooldown_steps * p.batch_size * p.seq_len}
+    tokens = (summary["tokens_seen"] + warm.get("tokens_seen", 0) + (mid["tokens_seen"] if mid else 0)
+              + (cool["tokens_seen"] if cool else 0))
     complete = json.loads((run.path / "COMPLETE.json").read_text())
     reused_s = (warm.get("wall_s", 0.0) if args.reuse_warmup or args.reuse_phases else 0.0) + \
         (summary["wall_s"] if args.reuse_phases else 0.0)
@@ -197,6 +252,7 @@ def main(argv: list[str] | None = None) -> None:
         "wall_s_copy_warmup": round(warm.get("wall_s", 0.0), 1),
         "wall_s_corpus": round(summary["wall_s"], 1),
         "midtrain": mid,
+        "cooldown": cool,
         "machine": machine(),
         "built_at": date.today().isoformat(),
         "copy_warmup_reused_from": ("an earlier build of this recipe, stopped in its phase 2 (the phase-2 "
@@ -207,13 +263,62 @@ def main(argv: list[str] | None = None) -> None:
         "copy_gain_during_training": [
             {"phase": r["phase"], "step": r["step"], "copy_gain": r["copy_gain"]}
             for log in (run.path / "checkpoints" / "copy_warmup" / "train_log.jsonl", run.path / "train_log.jsonl",
-                        run.path / "checkpoints" / "corpus" / "train_log.jsonl")
+                        run.path / "checkpoints" / "corpus" / "train_log.jsonl",
+                        run.path / "checkpoints" / "cooldown" / "train_log.jsonl")
             for r in read_log(log) if "copy_gain" in r],
         "scores": metrics["scores"],
     }
     print("context-copy gain", gain, "scores", metrics["scores"], flush=True)
     if not args.no_ship:
         card = write_shipped(run.path / "model", shipped_dir(cfg), card)
+        print(f"shipped to {shipped_dir(cfg)} (sha256 {card['sha256']})", flush=True)
+
+
+def main_from_base(args: argparse.Namespace) -> None:
+    """``--from-base``: phase 4 from an earlier base, scored, its card the earlier card plus phase 4."""
+    from pathlib import Path
+
+    from acl_lib.config import load_config
+    from acl_lib.eval.harness import evaluate
+    from acl_lib.model import load_model_and_tokenizer
+    from acl_lib.model.copying import copy_gain, world_word_lists
+    from acl_lib.model.shipped import shipped_dir, write_shipped
+    from acl_lib.train.common import read_log, set_threads
+    from acl_lib.train.pretrain import COOLDOWN_DIR
+
+    cfg = load_config("mini", [*args.overrides, f"output_dir={args.output_dir}", "pretrain.source=pretrain"], seed=0)
+    set_threads(cfg)
+    model_dir, old = cooldown_from_base(cfg, args.from_base, args.output_dir)
+    run_dir = Path(model_dir).parent
+    metrics = evaluate(cfg, model_dir, run_dir / "eval", suites="all")
+    model, tok = load_model_and_tokenizer(model_dir)
+    gain = copy_gain(model.eval(), tok, world_word_lists(cfg))
+    cool = old.pop("cooldown_summary")
+    p = cfg.pretrain
+    cooldown = {"wall_s": cool["wall_s"], "steps": p.cooldown_steps,
+                "tokens_seen": p.cooldown_steps * p.batch_size * p.seq_len}
+    card = {k: v for k, v in old.items() if k != "sha256"}
+    card.update({
+        "command": " ".join(["python benchmarks/build_mini_base.py",
+                             *(["--set", *args.overrides] if args.overrides else [])]),
+        "recipe_config_hash": recipe_hash(cfg),
+        "config": {k: cfg.to_dict()[k] for k in RECIPE_SECTIONS},
+        "tokens_seen": old["tokens_seen"] + cooldown["tokens_seen"],
+        "wall_s": round(old["wall_s"] + cooldown["wall_s"], 1),
+        "cooldown": cooldown,
+        "phases_1_3_from": (f"the base of recipe {old['recipe_config_hash']} (sha256 {old['sha256'][:16]}...), "
+                            f"built {old['built_at']} by `{old['command']}`"),
+        "machine": machine(),
+        "built_at": date.today().isoformat(),
+        "context_copy": gain,
+        "copy_gain_during_training": old.get("copy_gain_during_training", []) + [
+            {"phase": r["phase"], "step": r["step"], "copy_gain": r["copy_gain"]}
+            for r in read_log(run_dir / COOLDOWN_DIR / "train_log.jsonl") if "copy_gain" in r],
+        "scores": metrics["scores"],
+    })
+    print("context-copy gain", gain, "scores", metrics["scores"], flush=True)
+    if not args.no_ship:
+        card = write_shipped(Path(model_dir), shipped_dir(cfg), card)
         print(f"shipped to {shipped_dir(cfg)} (sha256 {card['sha256']})", flush=True)
 
 

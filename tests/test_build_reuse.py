@@ -84,3 +84,36 @@ def test_every_set_flag_counts():
                                  "pretrain.midtrain_lr=0.001"])
     assert args.overrides == ["pretrain.midtrain_if_vocab=wide", "pretrain.midtrain_steps=10",
                               "pretrain.midtrain_lr=0.001"]
+
+
+def test_from_base_takes_only_a_base_of_this_recipe_without_phase_4(monkeypatch, tmp_path):
+    """``--from-base`` runs phase 4 alone from a base whose card names this recipe's phases 1-3 and whose weights
+    are the card's; anything else is refused before any training."""
+    import json
+
+    from acl_lib.atomic import file_sha256
+
+    mod = builder()
+    trained = []
+    monkeypatch.setattr(pretrain, "finish_cooldown", lambda cfg, src, out: trained.append(src))
+    cooled = load_config("mini", ["pretrain.cooldown_steps=50"], seed=0)
+    src = tmp_path / "base"
+    src.mkdir()
+    (src / "model.safetensors").write_bytes(b"weights")
+    card = {"recipe_config_hash": mod.recipe_hash(load_config("mini", [], seed=0)), "sha256": "0" * 64}
+    (src / "card.json").write_text(json.dumps(card))
+    with pytest.raises(SystemExit, match="not the weights its card names"):
+        mod.cooldown_from_base(cooled, str(src), str(tmp_path / "out"))
+    (src / "card.json").write_text(json.dumps(dict(card, recipe_config_hash="abc")))
+    with pytest.raises(SystemExit, match="built by recipe abc"):
+        mod.cooldown_from_base(cooled, str(src), str(tmp_path / "out"))
+    with pytest.raises(SystemExit, match="no phase 4"):
+        mod.cooldown_from_base(load_config("mini", [], seed=0), str(src), str(tmp_path / "out"))
+    assert trained == []
+    # the hash of the phases 1-3 leaves the cool-down out; the cooled recipe's own hash is another
+    assert mod.recipe_hash(mod.without_cooldown(cooled)) == card["recipe_config_hash"] != mod.recipe_hash(cooled)
+    # a base of this recipe with the card's weights is taken, and phase 4 runs from it
+    (src / "card.json").write_text(json.dumps(dict(card, sha256=file_sha256(src / "model.safetensors"))))
+    with pytest.raises(FileNotFoundError):  # the stand-in trains nothing, so there is no model to copy
+        mod.cooldown_from_base(cooled, str(src), str(tmp_path / "out"))
+    assert trained == [src]

@@ -157,3 +157,52 @@ def test_the_model_card_describes_phase_3():
     text = render_card(card)
     assert "Phase 3, mid-training: 300 steps x 8 rows" in text and "(math 400, ecom 300;" in text
     assert "dropped: 29" in text and "1,234,567 tokens" in text and "phase 3 10.0 min" in text
+
+
+@pytest.mark.slow
+def test_a_cooldown_phase_follows_midtraining_and_becomes_the_base(tmp_path):
+    """Smoke profile: phase 4 trains the corpus from phase 3's model; its model becomes the base, phase 3's is
+    kept; a restart redoes nothing."""
+    from acl_lib.pipeline import build_base
+    from acl_lib.train.common import read_log
+    from acl_lib.train.pretrain import COOLDOWN_DIR, finish_cooldown
+
+    cfg = load_config("smoke", [f"output_dir={tmp_path}", "pretrain.midtrain_steps=2", "pretrain.midtrain_batch_size=2",
+                                "pretrain.midtrain_demos={math: 2, if: 2}", "pretrain.cooldown_steps=3",
+                                "pretrain.cooldown_lr=0.001"], seed=0)
+    build_base(cfg, evaluate=False)
+    base = tmp_path / "smoke" / "seed0" / "base"
+    cool, mid = base / COOLDOWN_DIR, base / "checkpoints" / "midtrain"
+    weights = {d: (d / "model" / "model.safetensors").read_bytes() for d in (base, cool, mid)}
+    assert weights[base] == weights[cool] and weights[cool] != weights[mid]
+    log = [r for r in read_log(cool / "train_log.jsonl") if "loss" in r]
+    assert log and all(r["phase"] == "cooldown" for r in log) and log[-1]["step"] == 3
+    summary = json.loads((base / "train_summary.json").read_text())
+    assert summary["cooldown"]["steps"] == 3 and summary["midtrain"]["steps"] == 2
+    n_log = len(read_log(cool / "train_log.jsonl"))
+    assert finish_cooldown(cfg, mid / "model", base)["steps"] == 3
+    assert len(read_log(cool / "train_log.jsonl")) == n_log
+
+
+def test_a_cooldown_needs_a_midtraining_phase_and_leaves_older_recipe_hashes_alone():
+    from acl_lib.config import ConfigError
+
+    with pytest.raises(ConfigError, match="cooldown_steps=4 needs a mid-training phase"):
+        load_config("smoke", ["pretrain.cooldown_steps=4"], seed=0)
+    plain = load_config("mini", [], seed=0).to_dict()["pretrain"]
+    assert "cooldown_steps" not in plain and "cooldown_lr" not in plain  # the shipped b6 card's hash still holds
+    cooled = load_config("mini", ["pretrain.cooldown_steps=100"], seed=0).to_dict()["pretrain"]
+    assert cooled["cooldown_steps"] == 100
+
+
+def test_the_model_card_describes_phase_4():
+    from acl_lib.model.shipped import read_card, render_card
+
+    cfg = load_config("mini", ["pretrain.cooldown_steps=100", "pretrain.cooldown_noise=0"], seed=0)
+    card = read_card(cfg)
+    card = dict(card, config=dict(card["config"], pretrain=cfg.to_dict()["pretrain"]),
+                cooldown={"steps": 100, "wall_s": 300.0, "tokens_seen": 819_200})
+    text = render_card(card)
+    assert "Phase 4, cool-down: 100 steps x 16 x 512 tokens" in text and "noise at 0" in text
+    assert "lr 0.0002 cosine, 819,200 tokens" in text and "phase 4 5.0 min" in text
+    assert "Phase 4" not in render_card(dict(card, cooldown=None))

@@ -88,15 +88,33 @@ class PretrainConfig(_Section):
     # "wide" (acl_lib.envs.instruct.WIDE_NOUNS ...: ~200 topics and keywords, none of them a test word), so that
     # the base learns to copy a prompt's words.
     midtrain_if_vocab: Literal["world", "wide"] = "world"
+    # Cool-down (phase 4, acl_lib.train.pretrain): the corpus of phase 2 drawn again (transcripts, documents, echo
+    # documents), its transcripts corrupted with probability cooldown_noise (None: noise, as phase 2's), for
+    # cooldown_steps steps after the mid-training, cosine from cooldown_lr. A modern base sees general text after
+    # its mid-training data: it keeps the skills but no longer shows them on every prompt, so RL has something to
+    # elicit. Off while cooldown_steps is 0.
+    cooldown_steps: int = Field(0, ge=0)
+    cooldown_lr: float = Field(2e-4, gt=0)
+    cooldown_noise: float | None = Field(None, ge=0, le=1)
 
     @model_serializer(mode="wrap")
-    def _dump_without_default_if_vocab(self, handler):
-        # Left out of the dump at its default, so the recipe hash of every base built before the key existed (the
-        # shipped one's included) is unchanged.
+    def _dump_without_later_defaults(self, handler):
+        # Keys added after bases were built are left out of the dump at their defaults, so the recipe hash of
+        # every base built before they existed (the shipped one's included) is unchanged.
         out = handler(self)
-        if isinstance(out, dict) and self.midtrain_if_vocab == "world":
-            out.pop("midtrain_if_vocab", None)
+        if isinstance(out, dict):
+            for key, default in (("midtrain_if_vocab", "world"), ("cooldown_steps", 0), ("cooldown_lr", 2e-4),
+                                 ("cooldown_noise", None)):
+                if out.get(key) == default:
+                    out.pop(key, None)
         return out
+
+    @model_validator(mode="after")
+    def _check_cooldown(self) -> PretrainConfig:
+        if self.cooldown_steps > 0 and not (self.midtrain_steps > 0 and sum(self.midtrain_demos.values()) > 0):
+            raise ValueError(f"pretrain.cooldown_steps={self.cooldown_steps} needs a mid-training phase to follow "
+                             "(pretrain.midtrain_steps and pretrain.midtrain_demos)")
+        return self
 
     @field_validator("midtrain_demos")
     @classmethod

@@ -90,6 +90,18 @@ def midtrain_line(p: dict, mid: dict) -> str:
                if p.get("midtrain_if_vocab") == "wide" else ""))
 
 
+def cooldown_line(p: dict, cool: dict) -> str:
+    """The model card's line on phase 4 (the cool-down). Settings at their defaults are absent from the dumped
+    recipe (``PretrainConfig``'s serializer), hence the ``get``s."""
+    noise = p.get("cooldown_noise")
+    noise = p["noise"] if noise is None else noise
+    return (f"- Phase 4, cool-down: {cool['steps']} steps x {p['batch_size']} x {p['seq_len']} tokens of the phase-2 "
+            f"corpus drawn again with its transcripts' noise at {noise} (another draw of its echo documents, another "
+            f"order), lr {p.get('cooldown_lr', 2e-4)} cosine, {cool['tokens_seen']:,} tokens: the base keeps its "
+            "skills but no longer shows them on every prompt, as a modern base that saw general text after its "
+            f"mid-training ({cool['wall_s'] / 60:.1f} min).")
+
+
 def render_card(card: dict) -> str:
     """``MODEL_CARD.md``: what the base is, how it was built, how to rebuild it, what it scores."""
     m, p = card["config"]["model"], card["config"]["pretrain"]
@@ -119,9 +131,11 @@ def render_card(card: dict) -> str:
         f"documents (a run of corpus words, then the same run) making up {int(p['copy_mix'] * 100)}% of the "
         "characters.",
         *([midtrain_line(p, card["midtrain"])] if card.get("midtrain") else []),
+        *([cooldown_line(p, card["cooldown"])] if card.get("cooldown") else []),
         f"- Tokens seen: {card['tokens_seen']:,}. Wall time: {card['wall_s'] / 60:.1f} min on {card['machine']}"
         + (f" (phase 1 {card['wall_s_copy_warmup'] / 60:.1f} min, phase 2 {card['wall_s_corpus'] / 60:.1f} min"
-           + (f", phase 3 {card['midtrain']['wall_s'] / 60:.1f} min" if card.get("midtrain") else "") + ")."
+           + (f", phase 3 {card['midtrain']['wall_s'] / 60:.1f} min" if card.get("midtrain") else "")
+           + (f", phase 4 {card['cooldown']['wall_s'] / 60:.1f} min" if card.get("cooldown") else "") + ")."
            if card.get("wall_s_copy_warmup") is not None else "."),
         *([f"- Phase 1 was taken from an earlier build with the same phase-1 settings and a byte-identical "
            f"tokenizer (`--reuse-warmup`; {card['copy_warmup_reused_from']})."] if card.get("copy_warmup_reused_from")
@@ -129,6 +143,9 @@ def render_card(card: dict) -> str:
         *([f"- Phases 1 and 2 were taken from an earlier build with the same phase 1-2 settings and a "
            f"byte-identical tokenizer (`--reuse-phases`; {card['phases_1_2_reused_from']}); the wall time counts "
            "their time where they ran."] if card.get("phases_1_2_reused_from") else []),
+        *([f"- Phases 1-3 were taken from {card['phases_1_3_from']} (`--from-base`: same recipe hash without phase "
+           "4, weights checked against its card); the wall time counts their time where they ran."]
+          if card.get("phases_1_3_from") else []),
         f"- Built {card['built_at']}.",
         "",
         "## What it does",

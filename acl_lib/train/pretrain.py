@@ -41,6 +41,7 @@ from acl_lib.train import common, midtrain
 WARMUP_DIR = "checkpoints/copy_warmup"
 CORPUS_DIR = "checkpoints/corpus"  # phase 2's own directory when a phase 3 follows
 MIDTRAIN_DIR = "checkpoints/midtrain"
+COOLDOWN_DIR = "checkpoints/cooldown"
 
 
 def read_corpus(corpus: list[str] | str | Path) -> list[str]:
@@ -161,12 +162,7 @@ def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, o
         summary = json.loads(corpus_summary_file.read_text())
     else:
         model, _ = common.load_model_and_tokenizer(start, cfg)
-        n_chars = sum(map(len, texts))
-        echo = (echo_documents(texts, int(n_chars * p.copy_mix / (1 - p.copy_mix)), seed=cfg.seed + 1)
-                if p.copy_mix else [])
-        docs = texts + echo
-        random.Random(cfg.seed).shuffle(docs)
-        blocks = pack_corpus(docs, tok, p.seq_len)
+        blocks, echo = corpus_blocks(cfg, texts, tok, echo_seed=cfg.seed + 1, shuffle_seed=cfg.seed)
         _, summary = _train(cfg, model, tok, blocks, corpus_dir, max_steps=p.max_steps, batch_size=p.batch_size,
                             lr=p.learning_rate, warmup=p.warmup_steps, scheduler="cosine", phase="corpus",
                             seq_len=p.seq_len)
@@ -176,7 +172,26 @@ def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, o
     summary["copy_warmup"] = warm_summary
     if mid:
         summary["midtrain"] = finish_midtrain(cfg, corpus_dir / "model", out_dir)
+        last = out_dir / MIDTRAIN_DIR / "model"
+        if p.cooldown_steps > 0:
+            summary["cooldown"] = finish_cooldown(cfg, last, out_dir)
+            last = out_dir / COOLDOWN_DIR / "model"
+        if common.is_main_process():
+            with atomic_dir(out_dir / "model") as tmp:
+                shutil.copytree(last, tmp, dirs_exist_ok=True)
     return common.write_summary_main(summary, out_dir)
+
+
+def corpus_blocks(cfg, texts: list[str], tok, *, echo_seed: int, shuffle_seed: int) -> tuple[list[list[int]], list]:
+    """``(blocks, echo documents)``: the documents with a share ``pretrain.copy_mix`` (in characters) of echo
+    documents added, shuffled, packed into ``pretrain.seq_len``-token blocks."""
+    p = cfg.pretrain
+    n_chars = sum(map(len, texts))
+    echo = (echo_documents(texts, int(n_chars * p.copy_mix / (1 - p.copy_mix)), seed=echo_seed)
+            if p.copy_mix else [])
+    docs = texts + echo
+    random.Random(shuffle_seed).shuffle(docs)
+    return pack_corpus(docs, tok, p.seq_len), echo
 
 
 def finish_midtrain(cfg, corpus_model: str | Path, out_dir: str | Path) -> dict:
@@ -186,10 +201,38 @@ def finish_midtrain(cfg, corpus_model: str | Path, out_dir: str | Path) -> dict:
     mid_dir = out_dir / MIDTRAIN_DIR
     summary_file = mid_dir / common.TRAIN_SUMMARY
     if (mid_dir / "model").exists() and summary_file.is_file():
-        summary = json.loads(summary_file.read_text())
-    else:
-        summary = midtrain.train_midtrain(cfg, corpus_model, mid_dir)
-    if common.is_main_process():
-        with atomic_dir(out_dir / "model") as tmp:
-            shutil.copytree(mid_dir / "model", tmp, dirs_exist_ok=True)
-    return summary
+        return json.loads(summary_file.read_text())
+    return midtrain.train_midtrain(cfg, corpus_model, mid_dir)
+
+
+def cooldown_corpus(cfg) -> list[str]:
+    """Phase 4's documents: the corpus of phase 2 (``acl_lib.model.corpus.base_corpus``, deterministic) drawn with
+    ``pretrain.cooldown_noise`` as its transcripts' noise (unset: phase 2's)."""
+    from acl_lib.config import Config
+    from acl_lib.model.corpus import base_corpus
+
+    p = cfg.pretrain
+    if p.cooldown_noise is not None and p.cooldown_noise != p.noise:
+        tree = cfg.to_dict()
+        tree["pretrain"]["noise"] = p.cooldown_noise
+        cfg = Config.model_validate(tree)
+    return base_corpus(cfg)[0]
+
+
+def finish_cooldown(cfg, start_model: str | Path, out_dir: str | Path) -> dict:
+    """Phase 4 from phase 3's model into ``<out_dir>/checkpoints/cooldown``: ``pretrain.cooldown_steps`` steps of
+    the corpus (``cooldown_corpus``: its own noise, another draw of its echo documents, another order), cosine from
+    ``pretrain.cooldown_lr``; returns its summary (a finished phase 4 is not redone)."""
+    p = cfg.pretrain
+    cool_dir = Path(out_dir) / COOLDOWN_DIR
+    summary_file = cool_dir / common.TRAIN_SUMMARY
+    if (cool_dir / "model").exists() and summary_file.is_file():
+        return json.loads(summary_file.read_text())
+    texts = cooldown_corpus(cfg)
+    model, tok = common.load_model_and_tokenizer(start_model, cfg)
+    blocks, _ = corpus_blocks(cfg, texts, tok, echo_seed=cfg.seed + 2, shuffle_seed=cfg.seed + 3)
+    _, summary = _train(cfg, model, tok, blocks[: p.cooldown_steps * p.batch_size], cool_dir,
+                        max_steps=p.cooldown_steps, batch_size=p.batch_size, lr=p.cooldown_lr,
+                        warmup=min(20, p.cooldown_steps // 10), scheduler="cosine", phase="cooldown",
+                        seq_len=p.seq_len)
+    return common.write_summary_main(summary, cool_dir)
