@@ -35,6 +35,7 @@ import json
 import platform
 import time
 from datetime import date
+from pathlib import Path
 
 RECIPE_SECTIONS = ("model", "pretrain", "worlds")
 
@@ -70,7 +71,6 @@ def _start_from(flag: str, copies: dict, check=None) -> None:
     ``REUSED_FROM``) so that ``train_pretrain`` finds them finished. Refused (``SystemExit`` naming ``flag``) unless
     the earlier build's tokenizer is byte-identical to this build's and ``check(cfg)`` (a reason or None) passes."""
     import shutil
-    from pathlib import Path
 
     from acl_lib.train import pretrain
 
@@ -100,7 +100,6 @@ def _start_from(flag: str, copies: dict, check=None) -> None:
 
 def reuse_warmup(src: str) -> None:
     """Make ``train_pretrain`` start from the finished warm-up in ``src`` (checked: same tokenizer)."""
-    from pathlib import Path
 
     from acl_lib.train import pretrain
 
@@ -118,7 +117,6 @@ def _phase12_settings(tree: dict) -> dict:
 def reuse_phases(src: str) -> None:
     """Make ``train_pretrain`` start phase 3 from the finished phases 1-2 of the build in ``src`` (checked: same
     settings but for phase 3, same tokenizer)."""
-    from pathlib import Path
 
     import yaml
 
@@ -151,7 +149,6 @@ def cooldown_from_base(cfg, src: str, out_dir: str) -> tuple[str, dict]:
     """Phase 4 alone from the base in ``src`` (checked against its card) into ``<out_dir>/mini/seed0/from_base``;
     returns ``(model directory, the earlier card)``."""
     import shutil
-    from pathlib import Path
 
     from acl_lib.atomic import atomic_dir
     from acl_lib.model.shipped import CARD, WEIGHTS, sha256
@@ -187,6 +184,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="config overrides on the mini profile (the shipped base's are in its card's command)")
     ap.add_argument("--reuse-phases", metavar="RUN", default=None,
                     help="an earlier build's run directory whose phases 1-2 had this build's settings")
+    ap.add_argument("--ship-to", metavar="DIR", default=None,
+                    help="write the base there instead of acl_lib/data/mini_base (a candidate: run the suite on it "
+                         "with --set pretrain.shipped_dir=DIR)")
     ap.add_argument("--from-base", metavar="DIR", default=None,
                     help="a base built by this recipe's phases 1-3 (card checked): run phase 4 only")
     return ap.parse_args(argv)
@@ -270,13 +270,13 @@ def main(argv: list[str] | None = None) -> None:
     }
     print("context-copy gain", gain, "scores", metrics["scores"], flush=True)
     if not args.no_ship:
-        card = write_shipped(run.path / "model", shipped_dir(cfg), card)
-        print(f"shipped to {shipped_dir(cfg)} (sha256 {card['sha256']})", flush=True)
+        dest = Path(args.ship_to) if args.ship_to else shipped_dir(cfg)
+        card = write_shipped(run.path / "model", dest, card)
+        print(f"shipped to {dest} (sha256 {card['sha256']})", flush=True)
 
 
 def main_from_base(args: argparse.Namespace) -> None:
     """``--from-base``: phase 4 from an earlier base, scored, its card the earlier card plus phase 4."""
-    from pathlib import Path
 
     from acl_lib.config import load_config
     from acl_lib.eval.harness import evaluate
@@ -318,8 +318,9 @@ def main_from_base(args: argparse.Namespace) -> None:
     })
     print("context-copy gain", gain, "scores", metrics["scores"], flush=True)
     if not args.no_ship:
-        card = write_shipped(Path(model_dir), shipped_dir(cfg), card)
-        print(f"shipped to {shipped_dir(cfg)} (sha256 {card['sha256']})", flush=True)
+        dest = Path(args.ship_to) if args.ship_to else shipped_dir(cfg)
+        card = write_shipped(Path(model_dir), dest, card)
+        print(f"shipped to {dest} (sha256 {card['sha256']})", flush=True)
 
 
 if __name__ == "__main__":

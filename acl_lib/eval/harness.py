@@ -424,9 +424,10 @@ def evaluate_benchmark(policy: Policy, bench: Benchmark, env, n: int, k: int, ma
     for i, ep in enumerate(episodes):
         rec = ep.record()
         rec["sample"] = i % k
-        source = (ep.task.meta or {}).get("source")
-        if source is not None:
-            rec["source"] = str(source)
+        meta = ep.task.meta or {}
+        for key in ("source", "kind"):  # a real dataset's name; a desk task's kind (retail: cancel, return...)
+            if meta.get(key) is not None:
+                rec[key] = str(meta[key])
         records.append(rec)
     return summarize_records(records, len(tasks), k), records
 
