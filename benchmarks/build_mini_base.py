@@ -141,7 +141,7 @@ def without_cooldown(cfg):
     from acl_lib.config import Config
 
     tree = cfg.to_dict()
-    tree["pretrain"].update(cooldown_steps=0)
+    tree["pretrain"].update(cooldown_steps=0, cooldown_lr=2e-4, cooldown_noise=None)  # phase 4's keys at their defaults
     return Config.model_validate(tree)
 
 

@@ -96,7 +96,8 @@ def test_from_base_takes_only_a_base_of_this_recipe_without_phase_4(monkeypatch,
     mod = builder()
     trained = []
     monkeypatch.setattr(pretrain, "finish_cooldown", lambda cfg, src, out: trained.append(src))
-    cooled = load_config("mini", ["pretrain.cooldown_steps=50"], seed=0)
+    cooled = load_config("mini", ["pretrain.cooldown_steps=50", "pretrain.cooldown_noise=0",
+                                  "pretrain.cooldown_lr=0.001"], seed=0)
     src = tmp_path / "base"
     src.mkdir()
     (src / "model.safetensors").write_bytes(b"weights")
