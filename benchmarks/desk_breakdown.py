@@ -5,7 +5,8 @@
 
 Reads each evaluation directory's ``records/<benchmark>.jsonl``. Each record names its task's kind (the harness
 writes the task's ``kind``); records written before it did are matched by task id to the tasks the mini profile
-draws for that benchmark on world seed 0 (``--profile``, ``--world-seed``). Prints a markdown table: one row per
+draws for that benchmark on world seed 0 (``--profile``, ``--world-seed``, and ``--set`` for a world the evaluation
+changed, e.g. ``--set "worlds.retail_kinds=[order_status, cancel]"``). Prints a markdown table: one row per
 evaluation, one column per kind, passed / episodes.
 
 This is how the mini retail desk's ceiling was found (docs/mini-calibration.md): no checkpoint of any regime has
@@ -20,13 +21,13 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def task_kinds(profile: str, benchmark: str, world_seed: int) -> dict[str, str]:
+def task_kinds(profile: str, benchmark: str, world_seed: int, overrides: list[str] = ()) -> dict[str, str]:
     """Task id -> kind for the tasks the harness draws for ``benchmark`` (records older than the ``kind`` field)."""
     from acl_lib.config import load_config
     from acl_lib.envs import BENCHMARKS
     from acl_lib.eval.harness import benchmark_size, world
 
-    cfg = load_config(profile, [f"worlds.seed={world_seed}"], seed=0)
+    cfg = load_config(profile, [*overrides, f"worlds.seed={world_seed}"], seed=0)
     bench = BENCHMARKS[benchmark]
     tasks = world(cfg, bench.env).tasks(bench.split, benchmark_size(cfg, bench), seed=cfg.worlds.seed)
     return {t.id: str((t.meta or {}).get("kind")) for t in tasks}
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--benchmark", default="retail")
     ap.add_argument("--profile", default="mini")
     ap.add_argument("--world-seed", type=int, default=0)
+    ap.add_argument("--set", dest="overrides", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
+                    help="config overrides of the world the evaluations ran on (records without their kind)")
     args = ap.parse_args(argv)
     rows, kinds = [], None
     for d in args.evals:
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"no {args.benchmark} records at {path}")
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         if kinds is None and any("kind" not in r for r in records):
-            kinds = task_kinds(args.profile, args.benchmark, args.world_seed)
+            kinds = task_kinds(args.profile, args.benchmark, args.world_seed, args.overrides)
         rows.append((d, breakdown(records, kinds)))
     names = sorted({k for _, b in rows for k in b})
     print("| evaluation | " + " | ".join(names) + " | all |")
