@@ -161,22 +161,26 @@ class HFPolicy:
         import torch  # torch and transformers load when a model does: importing the harness stays cheap
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.name = str(model_dir)
-        self.tok = AutoTokenizer.from_pretrained(model_dir)
+        device = eval_device(device)
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device)
+        self._setup(str(model_dir), model.eval(), tok, device, max_new_tokens, temperature, top_p, batch_size,
+                    TurnGenerator, reuse=reuse_kv)
+
+    def _setup(self, name: str, model, tok, device, max_new_tokens: int, temperature: float, top_p: float,
+               batch_size: int, generator=None, **generator_kwargs) -> None:
+        """The policy's state around a loaded ``model``: what every method reads. A subclass that loads its
+        model otherwise (MLE's backbone with its adapters) calls this with its own ``generator`` class."""
+        self.name, self.model, self.tok, self.device = name, model, tok, device
         self.tok.padding_side = "left"
-        self.device = eval_device(device)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(self.device)
-        self.model.eval()
         self.stop_ids = stop_token_ids(self.tok)
         self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
-        self.batch_size = batch_size
+        self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
         self.generated_tokens = 0
         self.generate_seconds = 0.0
         pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.stop_ids[0]
-        self.gen = TurnGenerator(self.model, pad, self.stop_ids, batch_size, reuse=reuse_kv)
+        self.gen = (generator or TurnGenerator)(self.model, pad, self.stop_ids, batch_size, **generator_kwargs)
 
     @property
     def stats(self) -> dict:

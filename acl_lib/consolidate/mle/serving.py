@@ -46,7 +46,7 @@ from acl_lib.consolidate.mle.specs import (
     router_run,
     start_run,
 )
-from acl_lib.eval.harness import HFPolicy, VLLMPolicy, cut_at_stop, eval_device, stop_token_ids, vllm_engine_args
+from acl_lib.eval.harness import HFPolicy, VLLMPolicy, cut_at_stop, eval_device, vllm_engine_args
 from acl_lib.eval.harness import evaluate as evaluate_suite
 from acl_lib.eval.turns import TurnGenerator
 from acl_lib.processes import call_in_child
@@ -83,28 +83,18 @@ class MLEPolicy(HFPolicy):
     def __init__(self, backbone_dir, adapters: Mapping[str, str | Path], router: Router, max_new_tokens: int,
                  temperature: float = 0.0, top_p: float = 1.0, batch_size: int = 16, dtype: str = "float32",
                  reuse_kv: bool = True, device: str | None = None, reroute: bool = False, model=None, tok=None):
-        # HFPolicy.__init__ loads one plain checkpoint and builds a plain TurnGenerator: the attributes its methods
-        # read are set here instead, for the routed model
-        self.name = "mle"
-        self.device = eval_device(device)
+        # HFPolicy.__init__ loads one plain checkpoint: the routed model is loaded here, then HFPolicy's own setup
+        # runs with the routed generator
+        device = eval_device(device)
         if model is None:
-            model, tok = load_routed_model(backbone_dir, adapters, dtype, self.device)
-        self.model, self.tok = model, tok
-        self.tok.padding_side = "left"
+            model, tok = load_routed_model(backbone_dir, adapters, dtype, device)
         self.router = router
         self.reroute = reroute
         self.experts = set(adapters)
-        self.stop_ids = stop_token_ids(self.tok)
-        self.max_new_tokens = max_new_tokens
-        self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
-        self.max_context = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
-        self.generated_tokens = 0
-        self.generate_seconds = 0.0
         self.routes: dict = {}  # episode key -> expert
         self.route_log: list[tuple[str, str]] = []  # (expert, how) per decision
-        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.stop_ids[0]
-        self.gen = RoutedTurnGenerator(self.model, pad, self.stop_ids, batch_size, reuse=reuse_kv,
-                                       adapter_of=self.adapter_of)
+        self._setup("mle", model, tok, device, max_new_tokens, temperature, top_p, batch_size, RoutedTurnGenerator,
+                    reuse=reuse_kv, adapter_of=self.adapter_of)
 
     @staticmethod
     def _key(task, messages):
