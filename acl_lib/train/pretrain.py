@@ -1,4 +1,4 @@
-"""Causal-LM pretraining of the small base model (HF ``Trainer``), in up to three phases.
+"""Causal-LM pretraining of the small base model (HF ``Trainer``), in up to four phases.
 
     summary = train_pretrain(cfg, model_dir, corpus, out_dir)   # model_dir: the freshly built base
 
@@ -16,6 +16,11 @@
 3. **Mid-training** (``pretrain.midtrain_steps`` > 0, ``acl_lib.train.midtrain``): the four domains' expert
    transcripts from worlds of other seeds, assistant-only loss, from phase 2's model. Phase 2 then writes under
    ``checkpoints/corpus/`` and phase 3 under ``checkpoints/midtrain/``; its model becomes ``model/``.
+
+4. **Cool-down** (``pretrain.cooldown_steps`` > 0, after a phase 3): the phase-2 corpus drawn again
+   (``cooldown_corpus``, its transcripts' noise ``cooldown_noise``), ``cooldown_steps`` x ``batch_size`` blocks
+   from phase 3's model, cosine from ``cooldown_lr``, under ``checkpoints/cooldown/``; its model becomes
+   ``model/``. The base keeps its skills but stops showing them on every prompt (docs/mini-calibration.md).
 
 Every ``copy_eval_every`` steps the context-copy gain (``acl_lib.model.copying.copy_gain`` on word lists of
 the search world) is measured and logged beside the loss, so the formation of the head can be watched.
@@ -35,7 +40,9 @@ import time
 from pathlib import Path
 
 from acl_lib.atomic import atomic_dir
+from acl_lib.config import Config
 from acl_lib.model.copying import copy_gain, echo_documents, induction_blocks, world_word_lists
+from acl_lib.model.corpus import base_corpus
 from acl_lib.train import common, midtrain
 
 WARMUP_DIR = "checkpoints/copy_warmup"
@@ -195,8 +202,8 @@ def corpus_blocks(cfg, texts: list[str], tok, *, echo_seed: int, shuffle_seed: i
 
 
 def finish_midtrain(cfg, corpus_model: str | Path, out_dir: str | Path) -> dict:
-    """Phase 3 from the corpus phase's model into ``<out_dir>/checkpoints/midtrain``, its model then copied to
-    ``<out_dir>/model`` (atomically); returns its summary (a finished phase 3 is not redone)."""
+    """Phase 3 from the corpus phase's model into ``<out_dir>/checkpoints/midtrain``; returns its summary (a finished
+    phase 3 is not redone). ``train_pretrain`` then copies the last phase's model to ``<out_dir>/model``."""
     out_dir = Path(out_dir)
     mid_dir = out_dir / MIDTRAIN_DIR
     summary_file = mid_dir / common.TRAIN_SUMMARY
@@ -208,9 +215,6 @@ def finish_midtrain(cfg, corpus_model: str | Path, out_dir: str | Path) -> dict:
 def cooldown_corpus(cfg) -> list[str]:
     """Phase 4's documents: the corpus of phase 2 (``acl_lib.model.corpus.base_corpus``, deterministic) drawn with
     ``pretrain.cooldown_noise`` as its transcripts' noise (unset: phase 2's)."""
-    from acl_lib.config import Config
-    from acl_lib.model.corpus import base_corpus
-
     p = cfg.pretrain
     if p.cooldown_noise is not None and p.cooldown_noise != p.noise:
         tree = cfg.to_dict()
