@@ -100,7 +100,6 @@ def _start_from(flag: str, copies: dict, check=None) -> None:
 
 def reuse_warmup(src: str) -> None:
     """Make ``train_pretrain`` start from the finished warm-up in ``src`` (checked: same tokenizer)."""
-
     from acl_lib.train import pretrain
 
     _start_from("--reuse-warmup", {Path(src): pretrain.WARMUP_DIR})
@@ -117,7 +116,6 @@ def _phase12_settings(tree: dict) -> dict:
 def reuse_phases(src: str) -> None:
     """Make ``train_pretrain`` start phase 3 from the finished phases 1-2 of the build in ``src`` (checked: same
     settings but for phase 3, same tokenizer)."""
-
     import yaml
 
     from acl_lib.train import pretrain
@@ -138,16 +136,16 @@ def reuse_phases(src: str) -> None:
 
 def without_cooldown(cfg):
     """``cfg`` with phase 4 taken out: the recipe of the base a cool-down starts from."""
-    from acl_lib.config import Config
+    from acl_lib.config import Config, PretrainConfig
 
     tree = cfg.to_dict()
-    tree["pretrain"].update(cooldown_steps=0, cooldown_lr=2e-4, cooldown_noise=None)  # phase 4's keys at their defaults
+    tree["pretrain"].update({k: PretrainConfig.model_fields[k].default for k in PretrainConfig.COOLDOWN_KEYS})
     return Config.model_validate(tree)
 
 
-def cooldown_from_base(cfg, src: str, out_dir: str) -> tuple[str, dict]:
+def cooldown_from_base(cfg, src: str, out_dir: str) -> tuple[str, dict, dict]:
     """Phase 4 alone from the base in ``src`` (checked against its card) into ``<out_dir>/mini/seed0/from_base``;
-    returns ``(model directory, the earlier card)``."""
+    returns ``(model directory, the earlier card, phase 4's summary)``."""
     import shutil
 
     from acl_lib.atomic import atomic_dir
@@ -170,8 +168,43 @@ def cooldown_from_base(cfg, src: str, out_dir: str) -> tuple[str, dict]:
     summary = pretrain.finish_cooldown(cfg, src_dir, run_dir)
     with atomic_dir(run_dir / "model") as tmp:
         shutil.copytree(run_dir / pretrain.COOLDOWN_DIR / "model", tmp, dirs_exist_ok=True)
-    card["cooldown_summary"] = summary
-    return str(run_dir / "model"), card
+    return str(run_dir / "model"), card, summary
+
+
+def cooldown_card(cfg, summary: dict) -> dict:
+    """The card's entry on phase 4: its wall time, steps and tokens."""
+    p = cfg.pretrain
+    return {"wall_s": summary["wall_s"], "steps": p.cooldown_steps,
+            "tokens_seen": p.cooldown_steps * p.batch_size * p.seq_len}
+
+
+def score(cfg, model_dir, eval_dir) -> tuple[dict, dict]:
+    """``(scores on the whole mini suite, context-copy gain)`` of the built base."""
+    from acl_lib.eval.harness import evaluate
+    from acl_lib.model import load_model_and_tokenizer
+    from acl_lib.model.copying import copy_gain, world_word_lists
+
+    metrics = evaluate(cfg, str(model_dir), eval_dir, suites="all")
+    model, tok = load_model_and_tokenizer(model_dir)
+    gain = copy_gain(model.eval(), tok, world_word_lists(cfg))
+    print("context-copy gain", gain, "scores", metrics["scores"], flush=True)
+    return metrics["scores"], gain
+
+
+def ship(args: argparse.Namespace, cfg, model_dir, card: dict) -> None:
+    """Write the base and its card to ``--ship-to`` (default: the profile's shipped base), unless ``--no-ship``."""
+    from acl_lib.model.shipped import shipped_dir, write_shipped
+
+    if args.no_ship:
+        return
+    dest = Path(args.ship_to) if args.ship_to else shipped_dir(cfg)
+    card = write_shipped(Path(model_dir), dest, card)
+    print(f"shipped to {dest} (sha256 {card['sha256']})", flush=True)
+
+
+def command(args: argparse.Namespace) -> str:
+    """The command that rebuilds the base from scratch, as its card records it."""
+    return " ".join(["python benchmarks/build_mini_base.py", *(["--set", *args.overrides] if args.overrides else [])])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -204,10 +237,7 @@ def main(argv: list[str] | None = None) -> None:
         reuse_warmup(args.reuse_warmup)
 
     from acl_lib.config import load_config
-    from acl_lib.eval.harness import evaluate
-    from acl_lib.model import base_run, load_model_and_tokenizer
-    from acl_lib.model.copying import copy_gain, world_word_lists
-    from acl_lib.model.shipped import shipped_dir, write_shipped
+    from acl_lib.model import base_run
     from acl_lib.pipeline import build_base
     from acl_lib.train.common import read_log
 
@@ -216,9 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     model_dir = build_base(cfg, evaluate=False)
     run = base_run(cfg)
     print(f"base built in {run.path} ({time.perf_counter() - t0:.0f} s this call)", flush=True)
-    metrics = evaluate(cfg, model_dir, run.path / "eval", suites="all")
-    model, tok = load_model_and_tokenizer(model_dir)
-    gain = copy_gain(model.eval(), tok, world_word_lists(cfg))
+    scores, gain = score(cfg, model_dir, run.path / "eval")
     info = json.loads((run.path / "base.json").read_text())
     summary = json.loads((run.path / "train_summary.json").read_text())
     warm = summary.get("copy_warmup") or {}
@@ -227,19 +255,14 @@ def main(argv: list[str] | None = None) -> None:
         mid = {"wall_s": mid["wall_s"], "steps": mid["steps"], "demos": mid["demos"],
                "tokens_seen": round(mid["dataset_tokens"] * mid["steps"] * cfg.pretrain.midtrain_batch_size
                                     / max(1, mid["rows"]))}
-    cool = summary.get("cooldown")
-    if cool:
-        p = cfg.pretrain
-        cool = {"wall_s": cool["wall_s"], "steps": p.cooldown_steps,
-                "tokens_seen": p.cooldown_steps * p.batch_size * p.seq_len}
+    cool = cooldown_card(cfg, summary["cooldown"]) if summary.get("cooldown") else None
     tokens = (summary["tokens_seen"] + warm.get("tokens_seen", 0) + (mid["tokens_seen"] if mid else 0)
               + (cool["tokens_seen"] if cool else 0))
     complete = json.loads((run.path / "COMPLETE.json").read_text())
     reused_s = (warm.get("wall_s", 0.0) if args.reuse_warmup or args.reuse_phases else 0.0) + \
         (summary["wall_s"] if args.reuse_phases else 0.0)
     card = {
-        "command": " ".join(["python benchmarks/build_mini_base.py",
-                             *(["--set", *args.overrides] if args.overrides else [])]),
+        "command": command(args),
         "recipe_config_hash": recipe_hash(cfg),
         "run_config_hash": complete["config_hash"],
         "config": {k: cfg.to_dict()[k] for k in RECIPE_SECTIONS},
@@ -266,41 +289,26 @@ def main(argv: list[str] | None = None) -> None:
                         run.path / "checkpoints" / "corpus" / "train_log.jsonl",
                         run.path / "checkpoints" / "cooldown" / "train_log.jsonl")
             for r in read_log(log) if "copy_gain" in r],
-        "scores": metrics["scores"],
+        "scores": scores,
     }
-    print("context-copy gain", gain, "scores", metrics["scores"], flush=True)
-    if not args.no_ship:
-        dest = Path(args.ship_to) if args.ship_to else shipped_dir(cfg)
-        card = write_shipped(run.path / "model", dest, card)
-        print(f"shipped to {dest} (sha256 {card['sha256']})", flush=True)
+    ship(args, cfg, run.path / "model", card)
 
 
 def main_from_base(args: argparse.Namespace) -> None:
     """``--from-base``: phase 4 from an earlier base, scored, its card the earlier card plus phase 4."""
-
     from acl_lib.config import load_config
-    from acl_lib.eval.harness import evaluate
-    from acl_lib.model import load_model_and_tokenizer
-    from acl_lib.model.copying import copy_gain, world_word_lists
-    from acl_lib.model.shipped import shipped_dir, write_shipped
     from acl_lib.train.common import read_log, set_threads
     from acl_lib.train.pretrain import COOLDOWN_DIR
 
     cfg = load_config("mini", [*args.overrides, f"output_dir={args.output_dir}", "pretrain.source=pretrain"], seed=0)
     set_threads(cfg)
-    model_dir, old = cooldown_from_base(cfg, args.from_base, args.output_dir)
+    model_dir, old, summary = cooldown_from_base(cfg, args.from_base, args.output_dir)
     run_dir = Path(model_dir).parent
-    metrics = evaluate(cfg, model_dir, run_dir / "eval", suites="all")
-    model, tok = load_model_and_tokenizer(model_dir)
-    gain = copy_gain(model.eval(), tok, world_word_lists(cfg))
-    cool = old.pop("cooldown_summary")
-    p = cfg.pretrain
-    cooldown = {"wall_s": cool["wall_s"], "steps": p.cooldown_steps,
-                "tokens_seen": p.cooldown_steps * p.batch_size * p.seq_len}
+    scores, gain = score(cfg, model_dir, run_dir / "eval")
+    cooldown = cooldown_card(cfg, summary)
     card = {k: v for k, v in old.items() if k != "sha256"}
     card.update({
-        "command": " ".join(["python benchmarks/build_mini_base.py",
-                             *(["--set", *args.overrides] if args.overrides else [])]),
+        "command": command(args),
         "recipe_config_hash": recipe_hash(cfg),
         "config": {k: cfg.to_dict()[k] for k in RECIPE_SECTIONS},
         "tokens_seen": old["tokens_seen"] + cooldown["tokens_seen"],
@@ -314,13 +322,9 @@ def main_from_base(args: argparse.Namespace) -> None:
         "copy_gain_during_training": old.get("copy_gain_during_training", []) + [
             {"phase": r["phase"], "step": r["step"], "copy_gain": r["copy_gain"]}
             for r in read_log(run_dir / COOLDOWN_DIR / "train_log.jsonl") if "copy_gain" in r],
-        "scores": metrics["scores"],
+        "scores": scores,
     })
-    print("context-copy gain", gain, "scores", metrics["scores"], flush=True)
-    if not args.no_ship:
-        dest = Path(args.ship_to) if args.ship_to else shipped_dir(cfg)
-        card = write_shipped(Path(model_dir), dest, card)
-        print(f"shipped to {dest} (sha256 {card['sha256']})", flush=True)
+    ship(args, cfg, model_dir, card)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -49,10 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     summary = pretrain.finish_cooldown(cfg, start, out)
     wall = time.perf_counter() - t0
-    if not (out / "model").is_dir():
-        shutil.copytree(out / pretrain.COOLDOWN_DIR / "model", out / "model")
-    metrics = evaluate(cfg, str(out / "model"), out / "eval", suites=args.suites)
-    model, tok = load_model_and_tokenizer(out / "model")
+    model_dir = out / pretrain.COOLDOWN_DIR / "model"
+    metrics = evaluate(cfg, str(model_dir), out / "eval", suites=args.suites)
+    model, tok = load_model_and_tokenizer(model_dir)
     gain = copy_gain(model.eval(), tok, world_word_lists(cfg))
     p = cfg.pretrain
     row = {"name": args.name, "from": str(start), "overrides": args.overrides,

@@ -34,11 +34,13 @@ def task_kinds(profile: str, benchmark: str, world_seed: int, overrides: list[st
 
 
 def breakdown(records: list[dict], kinds: dict[str, str] | None = None) -> dict[str, list[int]]:
-    """Kind -> [passed, episodes]."""
+    """Kind -> [passed, episodes] (passed as the harness counts it: reward 1)."""
+    from acl_lib.eval.harness import PASS_EPS
+
     out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for r in records:
         kind = r.get("kind") or (kinds or {}).get(r["id"], "?")
-        out[kind][0] += r["reward"] >= 1.0 - 1e-9
+        out[kind][0] += r["reward"] >= 1.0 - PASS_EPS
         out[kind][1] += 1
     return dict(out)
 

@@ -15,7 +15,7 @@ import hashlib
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_serializer, model_validator
@@ -96,17 +96,18 @@ class PretrainConfig(_Section):
     cooldown_steps: int = Field(0, ge=0)
     cooldown_lr: float = Field(2e-4, gt=0)
     cooldown_noise: float | None = Field(None, ge=0, le=1)
+    COOLDOWN_KEYS: ClassVar[tuple[str, ...]] = ("cooldown_steps", "cooldown_lr", "cooldown_noise")
+    # Keys added after bases were built: left out of the dump at their defaults, so the recipe hash of every base
+    # built before they existed (the shipped one's included) is unchanged.
+    LATER_KEYS: ClassVar[tuple[str, ...]] = ("midtrain_if_vocab", *COOLDOWN_KEYS)
 
     @model_serializer(mode="wrap")
     def _dump_without_later_defaults(self, handler):
-        # Keys added after bases were built are left out of the dump at their defaults, so the recipe hash of
-        # every base built before they existed (the shipped one's included) is unchanged.
         out = handler(self)
         if isinstance(out, dict):
-            for key, default in (("midtrain_if_vocab", "world"), ("cooldown_steps", 0), ("cooldown_lr", 2e-4),
-                                 ("cooldown_noise", None)):
-                if out.get(key) == default:
-                    out.pop(key, None)
+            for key in self.LATER_KEYS:
+                if key in out and out[key] == type(self).model_fields[key].default:
+                    del out[key]
         return out
 
     @model_validator(mode="after")

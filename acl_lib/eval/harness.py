@@ -165,10 +165,10 @@ class HFPolicy:
         tok = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device)
         self._setup(str(model_dir), model.eval(), tok, device, max_new_tokens, temperature, top_p, batch_size,
-                    TurnGenerator, reuse=reuse_kv)
+                    reuse=reuse_kv)
 
     def _setup(self, name: str, model, tok, device, max_new_tokens: int, temperature: float, top_p: float,
-               batch_size: int, generator=None, **generator_kwargs) -> None:
+               batch_size: int, generator=TurnGenerator, **generator_kwargs) -> None:
         """The policy's state around a loaded ``model``: what every method reads. A subclass that loads its
         model otherwise (MLE's backbone with its adapters) calls this with its own ``generator`` class."""
         self.name, self.model, self.tok, self.device = name, model, tok, device
@@ -180,7 +180,7 @@ class HFPolicy:
         self.generated_tokens = 0
         self.generate_seconds = 0.0
         pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.stop_ids[0]
-        self.gen = (generator or TurnGenerator)(self.model, pad, self.stop_ids, batch_size, **generator_kwargs)
+        self.gen = generator(self.model, pad, self.stop_ids, batch_size, **generator_kwargs)
 
     @property
     def stats(self) -> dict:

@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from acl_lib.atomic import file_sha256
+from acl_lib.config import PretrainConfig
 
 CARD = "card.json"
 CARD_MD = "MODEL_CARD.md"
@@ -92,12 +93,12 @@ def midtrain_line(p: dict, mid: dict) -> str:
 
 def cooldown_line(p: dict, cool: dict) -> str:
     """The model card's line on phase 4 (the cool-down). Settings at their defaults are absent from the dumped
-    recipe (``PretrainConfig``'s serializer), hence the ``get``s."""
-    noise = p.get("cooldown_noise")
-    noise = p["noise"] if noise is None else noise
+    recipe (``PretrainConfig``'s serializer): the section is validated back to have them."""
+    pc = PretrainConfig.model_validate(p)
+    noise = pc.noise if pc.cooldown_noise is None else pc.cooldown_noise
     return (f"- Phase 4, cool-down: {cool['steps']} steps x {p['batch_size']} x {p['seq_len']} tokens of the phase-2 "
             f"corpus drawn again with its transcripts' noise at {noise} (another draw of its echo documents, another "
-            f"order), lr {p.get('cooldown_lr', 2e-4)} cosine, {cool['tokens_seen']:,} tokens: the base keeps its "
+            f"order), lr {pc.cooldown_lr} cosine, {cool['tokens_seen']:,} tokens: the base keeps its "
             "skills but no longer shows them on every prompt, as a modern base that saw general text after its "
             f"mid-training ({cool['wall_s'] / 60:.1f} min).")
 
