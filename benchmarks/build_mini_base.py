@@ -134,13 +134,29 @@ def reuse_phases(src: str) -> None:
     _start_from("--reuse-phases", {src_dir / d: d for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR)}, check)
 
 
-def without_cooldown(cfg):
-    """``cfg`` with phase 4 taken out: the recipe of the base a cool-down starts from."""
+def phases_1_3(cfg):
+    """The recipe of the base a cool-down starts from: ``cfg`` without phase 4, and with the worlds its phases
+    train on (``Config.pretraining_worlds``) as its worlds. The evaluated desk enters phases 1-3 only through the
+    prompts phase 3 drops as evaluated, which ``cooldown_from_base`` checks apart."""
     from acl_lib.config import Config, PretrainConfig
 
     tree = cfg.to_dict()
-    tree["pretrain"].update({k: PretrainConfig.model_fields[k].default for k in PretrainConfig.COOLDOWN_KEYS})
+    tree["worlds"] = cfg.pretraining_worlds().model_dump(mode="json")
+    tree["pretrain"].update({k: PretrainConfig.model_fields[k].default
+                             for k in (*PretrainConfig.COOLDOWN_KEYS, "world_retail_kinds")})
     return Config.model_validate(tree)
+
+
+def same_phase_3_draw(cfg, card: dict) -> str | None:
+    """Where the evaluated desk differs from the pretraining one: ``None`` if phase 3, drawn under ``cfg``, keeps
+    and drops (as evaluated) the episodes the card's base was trained on, else what differs."""
+    from acl_lib.train import midtrain
+
+    if cfg.pretraining_worlds() == cfg.worlds:
+        return None
+    ours = midtrain.midtrain_demos(cfg)[1]
+    theirs = card.get("midtrain", {}).get("demos")
+    return None if ours == theirs else f"phase 3 would draw {ours}, the base was trained on {theirs}"
 
 
 def cooldown_from_base(cfg, src: str, out_dir: str) -> tuple[str, dict, dict]:
@@ -158,10 +174,12 @@ def cooldown_from_base(cfg, src: str, out_dir: str) -> tuple[str, dict, dict]:
     if not (src_dir / CARD).is_file() or not (src_dir / WEIGHTS).is_file():
         raise SystemExit(f"--from-base: {src_dir} has no {CARD} and {WEIGHTS} (a shipped base directory)")
     card = json.loads((src_dir / CARD).read_text())
-    want = recipe_hash(without_cooldown(cfg))
+    want = recipe_hash(phases_1_3(cfg))
     if card.get("recipe_config_hash") != want:
         raise SystemExit(f"--from-base: {src_dir} was built by recipe {card.get('recipe_config_hash')}, this "
                          f"recipe's phases 1-3 are {want}; refused")
+    if (why := same_phase_3_draw(cfg, card)) is not None:
+        raise SystemExit(f"--from-base: {why}; refused")
     if sha256(src_dir / WEIGHTS) != card.get("sha256"):
         raise SystemExit(f"--from-base: {src_dir / WEIGHTS} is not the weights its card names (sha256); refused")
     run_dir = Path(out_dir) / cfg.profile / "seed0" / "from_base"

@@ -96,12 +96,15 @@ def test_from_base_takes_only_a_base_of_this_recipe_without_phase_4(monkeypatch,
     mod = builder()
     trained = []
     monkeypatch.setattr(pretrain, "finish_cooldown", lambda cfg, src, out: trained.append(src))
+    plain = load_config("mini", ["pretrain.cooldown_steps=0"], seed=0)
     cooled = load_config("mini", ["pretrain.cooldown_steps=50", "pretrain.cooldown_noise=0",
-                                  "pretrain.cooldown_lr=0.001"], seed=0)
+                                  "pretrain.cooldown_lr=0.001", "pretrain.world_retail_kinds=null"], seed=0)
+    monkeypatch.setattr(mod, "same_phase_3_draw", lambda cfg, card: None)  # the next test's business
     src = tmp_path / "base"
     src.mkdir()
     (src / "model.safetensors").write_bytes(b"weights")
-    card = {"recipe_config_hash": mod.recipe_hash(load_config("mini", [], seed=0)), "sha256": "0" * 64}
+    card = {"recipe_config_hash": mod.recipe_hash(plain.model_copy(update={"pretrain": cooled.pretrain.model_copy(
+        update={"cooldown_steps": 0, "cooldown_noise": None, "cooldown_lr": 2e-4})})), "sha256": "0" * 64}
     (src / "card.json").write_text(json.dumps(card))
     with pytest.raises(SystemExit, match="not the weights its card names"):
         mod.cooldown_from_base(cooled, str(src), str(tmp_path / "out"))
@@ -109,12 +112,57 @@ def test_from_base_takes_only_a_base_of_this_recipe_without_phase_4(monkeypatch,
     with pytest.raises(SystemExit, match="built by recipe abc"):
         mod.cooldown_from_base(cooled, str(src), str(tmp_path / "out"))
     with pytest.raises(SystemExit, match="no phase 4"):
-        mod.cooldown_from_base(load_config("mini", [], seed=0), str(src), str(tmp_path / "out"))
+        mod.cooldown_from_base(plain, str(src), str(tmp_path / "out"))
     assert trained == []
     # the hash of the phases 1-3 leaves the cool-down out; the cooled recipe's own hash is another
-    assert mod.recipe_hash(mod.without_cooldown(cooled)) == card["recipe_config_hash"] != mod.recipe_hash(cooled)
+    assert mod.recipe_hash(mod.phases_1_3(cooled)) == card["recipe_config_hash"] != mod.recipe_hash(cooled)
     # a base of this recipe with the card's weights is taken, and phase 4 runs from it
     (src / "card.json").write_text(json.dumps(dict(card, sha256=file_sha256(src / "model.safetensors"))))
     with pytest.raises(FileNotFoundError):  # the stand-in trains nothing, so there is no model to copy
         mod.cooldown_from_base(cooled, str(src), str(tmp_path / "out"))
     assert trained == [src]
+
+
+def test_a_base_built_on_a_wider_desk_is_the_same_recipe_when_phase_3_draws_the_same_episodes():
+    """``pretrain.world_retail_kinds`` lets a base learn on a wider retail desk than the evaluated one: its
+    pretraining corpus and mid-training episodes are those of a build whose evaluated desk is that wide, so the
+    phases 1-3 hash is that build's; ``--from-base`` still refuses when phase 3 would keep or drop (as
+    evaluated) other episodes than the base's card records."""
+    import copy
+
+    from acl_lib.model.corpus import base_corpus
+    from acl_lib.train import midtrain
+
+    mod = builder()
+    five = "[order_status, order_total, cancel, modify_order_address, modify_user_address]"
+    three = "[order_status, order_total, cancel]"
+    small = ["pretrain.midtrain_demos={math: 2, search: 2, ecom: 24, if: 2}", "pretrain.corpus_chars=40000",
+             "pretrain.world_seeds=[1000, 1001]"]
+    wide = load_config("mini", [*small, f"worlds.retail_kinds={five}", "pretrain.world_retail_kinds=null",
+                                "pretrain.cooldown_steps=0", "pretrain.cooldown_noise=null"], seed=0)
+    narrow = load_config("mini", [*small, f"worlds.retail_kinds={three}", f"pretrain.world_retail_kinds={five}",
+                                  "pretrain.cooldown_steps=100"], seed=0)
+    narrow_only = load_config("mini", [*small, f"worlds.retail_kinds={three}", "pretrain.world_retail_kinds=null"],
+                              seed=0)
+    assert narrow.worlds.retail_kinds != narrow.pretraining_worlds().retail_kinds == wide.worlds.retail_kinds
+    assert mod.recipe_hash(mod.phases_1_3(narrow)) == mod.recipe_hash(wide) != mod.recipe_hash(narrow)
+    rows, stats = midtrain.midtrain_demos(wide)
+    assert midtrain.midtrain_demos(narrow)[0] == rows != midtrain.midtrain_demos(narrow_only)[0]
+    assert base_corpus(narrow)[0] == base_corpus(wide)[0] != base_corpus(narrow_only)[0]
+    assert mod.same_phase_3_draw(narrow, {"midtrain": {"demos": stats}}) is None
+    other = copy.deepcopy(stats)
+    other["domains"]["ecom"]["dropped_as_evaluated"] += 1
+    assert "phase 3 would draw" in mod.same_phase_3_draw(narrow, {"midtrain": {"demos": other}})
+
+
+def test_the_mini_profile_is_the_recipe_of_the_shipped_base():
+    """The shipped base's card names the mini profile's recipe (its hash), and the phases 1-3 it was built from
+    (``--from-base``) are the profile's phases 1-3: editing the recipe without rebuilding the base fails here."""
+    import json
+
+    mod = builder()
+    card = json.loads((ROOT / "acl_lib" / "data" / "mini_base" / "card.json").read_text())
+    cfg = load_config("mini", [], seed=0)
+    assert mod.recipe_hash(cfg) == card["recipe_config_hash"]
+    if card.get("phases_1_3_from"):
+        assert card["phases_1_3_from"].startswith(f"the base of recipe {mod.recipe_hash(mod.phases_1_3(cfg))} ")

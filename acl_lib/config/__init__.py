@@ -97,9 +97,13 @@ class PretrainConfig(_Section):
     cooldown_lr: float = Field(2e-4, gt=0)
     cooldown_noise: float | None = Field(None, ge=0, le=1)
     COOLDOWN_KEYS: ClassVar[tuple[str, ...]] = ("cooldown_steps", "cooldown_lr", "cooldown_noise")
+    # The retail desk's task kinds in the pretraining worlds (phase 2's transcripts, phase 3's episodes, phase 4's
+    # corpus); None: worlds.retail_kinds. A base may have seen a wider desk than the one the suite scores it on
+    # (Config.pretraining_worlds).
+    world_retail_kinds: list[str] | None = None
     # Keys added after bases were built: left out of the dump at their defaults, so the recipe hash of every base
-    # built before they existed (the shipped one's included) is unchanged.
-    LATER_KEYS: ClassVar[tuple[str, ...]] = ("midtrain_if_vocab", *COOLDOWN_KEYS)
+    # built before they existed is unchanged.
+    LATER_KEYS: ClassVar[tuple[str, ...]] = ("midtrain_if_vocab", *COOLDOWN_KEYS, "world_retail_kinds")
 
     @model_serializer(mode="wrap")
     def _dump_without_later_defaults(self, handler):
@@ -116,6 +120,13 @@ class PretrainConfig(_Section):
             raise ValueError(f"pretrain.cooldown_steps={self.cooldown_steps} needs a mid-training phase to follow "
                              "(pretrain.midtrain_steps and pretrain.midtrain_demos)")
         return self
+
+    @field_validator("world_retail_kinds")
+    @classmethod
+    def _check_world_retail_kinds(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or [k for k in v if k not in RETAIL_KINDS]):
+            raise ValueError(f"world_retail_kinds must be null or a non-empty subset of {list(RETAIL_KINDS)}, got {v}")
+        return v
 
     @field_validator("midtrain_demos")
     @classmethod
@@ -529,6 +540,12 @@ class Config(_Section):
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
+
+    def pretraining_worlds(self) -> WorldsConfig:
+        """``worlds`` as the base's pretraining phases draw theirs (each at one of ``pretrain.world_seeds``): with
+        ``pretrain.world_retail_kinds`` as the retail desk's kinds where set."""
+        kinds = self.pretrain.world_retail_kinds
+        return self.worlds if kinds is None else self.worlds.model_copy(update={"retail_kinds": list(kinds)})
 
     def for_stage(self, domain: str) -> Config:
         """This config with ``pipeline.stage_overrides[domain]`` applied (validated like any override)."""

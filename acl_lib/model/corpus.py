@@ -92,6 +92,7 @@ def base_corpus(cfg: Config) -> tuple[list[str], dict[str, dict]]:
     share = cfg.pretrain.corpus_chars // len(seeds)
     for s in seeds:
         tree = cfg.to_dict()
+        tree["worlds"] = cfg.pretraining_worlds().model_dump(mode="json")
         tree["worlds"]["seed"] = s
         tree["pretrain"]["corpus_chars"] = max(1000, share)
         tree["pretrain"]["world_seeds"] = [x for x in seeds if x != s]

@@ -103,6 +103,13 @@ def cooldown_line(p: dict, cool: dict) -> str:
             f"mid-training ({cool['wall_s'] / 60:.1f} min).")
 
 
+def desk_line(p: dict, worlds: dict) -> str:
+    """The model card's line on a pretraining retail desk wider than the evaluated one."""
+    return (f"- The pretraining worlds' retail desk has the task kinds {', '.join(p['world_retail_kinds'])} "
+            "(`pretrain.world_retail_kinds`); the evaluated world's, on which the scores below are taken, "
+            f"{', '.join(worlds['retail_kinds'])}.")
+
+
 def render_card(card: dict) -> str:
     """``MODEL_CARD.md``: what the base is, how it was built, how to rebuild it, what it scores."""
     m, p = card["config"]["model"], card["config"]["pretrain"]
@@ -133,6 +140,7 @@ def render_card(card: dict) -> str:
         "characters.",
         *([midtrain_line(p, card["midtrain"])] if card.get("midtrain") else []),
         *([cooldown_line(p, card["cooldown"])] if card.get("cooldown") else []),
+        *([desk_line(p, card["config"]["worlds"])] if p.get("world_retail_kinds") else []),
         f"- Tokens seen: {card['tokens_seen']:,}. Wall time: {card['wall_s'] / 60:.1f} min on {card['machine']}"
         + (f" (phase 1 {card['wall_s_copy_warmup'] / 60:.1f} min, phase 2 {card['wall_s_corpus'] / 60:.1f} min"
            + (f", phase 3 {card['midtrain']['wall_s'] / 60:.1f} min" if card.get("midtrain") else "")
@@ -144,8 +152,8 @@ def render_card(card: dict) -> str:
         *([f"- Phases 1 and 2 were taken from an earlier build with the same phase 1-2 settings and a "
            f"byte-identical tokenizer (`--reuse-phases`; {card['phases_1_2_reused_from']}); the wall time counts "
            "their time where they ran."] if card.get("phases_1_2_reused_from") else []),
-        *([f"- Phases 1-3 were taken from {card['phases_1_3_from']} (`--from-base`: same recipe hash without phase "
-           "4, weights checked against its card); the wall time counts their time where they ran."]
+        *([f"- Phases 1-3 were taken from {card['phases_1_3_from']} (`--from-base`: the same recipe of phases 1-3, "
+           "weights checked against its card); the wall time counts their time where they ran."]
           if card.get("phases_1_3_from") else []),
         f"- Built {card['built_at']}.",
         "",
@@ -153,7 +161,8 @@ def render_card(card: dict) -> str:
         "",
         f"- Context-copy gain (`python benchmarks/context_copy.py acl_lib/data/mini_base`): **{gain.get('gain')} "
         f"nats** per token (first copy {gain.get('first')}, second {gain.get('second')}); ~0 means no copying.",
-        "- Scores on the mini suite (percent; world seed 0, greedy"
+        "- Scores on the mini suite (percent; world seed 0, the profile's `eval` settings: the desks greedy, the "
+        "single-turn benchmarks avg@k sampled at temperature 0.6"
         + (f"; {card['scores_note']}" if card.get("scores_note") else "") + "):",
         "",
         "| " + " | ".join(scores) + " |",

@@ -84,7 +84,7 @@ def midtrain_demos(cfg) -> tuple[list[dict], dict]:
                 continue
             # the evaluated world's shape, another seed; IF on the wide vocabulary: words no world's train pool holds
             options = {"vocab": p.midtrain_if_vocab} if name == "instruct" else {}
-            env = make_env(name, cfg.worlds, seed=s, **options)
+            env = make_env(name, cfg.pretraining_worlds(), seed=s, **options)
             drawn = env.tasks("train", 2 * want, seed=s + TASK_SEED_OFFSET + cfg.seed)
             tasks = [t for t in drawn if t.user_prompt not in banned]
             dstats["dropped_as_evaluated"] += len(drawn) - len(tasks)
