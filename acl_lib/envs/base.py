@@ -102,6 +102,8 @@ class Episode(ABC):
         r = min(1.0, max(0.0, r))
         if r < 1.0:
             reasons = [x for x in (self.failure, self.end_reason) if x]
+            if len(reasons) == 2 and reasons[1] in reasons[0]:  # the failure already names how it ended
+                reasons = reasons[:1]
             self.failure = "; ".join(dict.fromkeys(reasons)) or "wrong answer"
         return r
 
