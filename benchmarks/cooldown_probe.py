@@ -1,11 +1,13 @@
 """Probe a cool-down (phase 4 of the mini base) from an existing base, then its scores on the evaluated world.
 
-    python benchmarks/cooldown_probe.py --name c100n0 --set pretrain.cooldown_steps=100 pretrain.cooldown_noise=0
-    python benchmarks/cooldown_probe.py --name c50 --from outputs/base_build/mini/seed0/base/model --set ...
+    git archive 3d522c8 acl_lib/data/mini_base | tar -x -C outputs/b6    # b6: the base before its phase 4
+    python benchmarks/cooldown_probe.py --name c150n0 --from outputs/b6/acl_lib/data/mini_base \
+        --set pretrain.cooldown_steps=150 pretrain.cooldown_noise=0
 
 Runs ``acl_lib.train.pretrain.finish_cooldown`` (the very phase 4 of ``benchmarks/build_mini_base.py``: the phase-2
 corpus drawn again with ``pretrain.cooldown_noise``, ``pretrain.cooldown_steps`` steps from
-``pretrain.cooldown_lr``) from ``--from`` (default: the shipped base) into ``outputs/cooldown_probes/<name>/``,
+``pretrain.cooldown_lr``) from ``--from`` (default: the shipped base, which already has the profile's phase 4;
+another phase 4 is probed from b6, the shipped base before it, as above) into ``outputs/cooldown_probes/<name>/``,
 scores the result on the mini suite of world seed 0 (``--suites``, default in-domain), measures its context-copy
 gain, and appends one JSON line to ``outputs/cooldown_probes/probes.jsonl`` (also printed as a ``RESULT`` line).
 A probe is how the cool-down in ``acl_lib/profiles/mini.yaml`` was chosen (docs/mini-calibration.md);
