@@ -96,15 +96,16 @@ def test_from_base_takes_only_a_base_of_this_recipe_without_phase_4(monkeypatch,
     mod = builder()
     trained = []
     monkeypatch.setattr(pretrain, "finish_cooldown", lambda cfg, src, out: trained.append(src))
-    plain = load_config("mini", ["pretrain.cooldown_steps=0"], seed=0)
+    # the profile's recipe without phase 4, and a cooled recipe of it (both on the evaluated desk alone)
+    plain = load_config("mini", ["pretrain.cooldown_steps=0", "pretrain.cooldown_noise=null",
+                                 "pretrain.world_retail_kinds=null"], seed=0)
     cooled = load_config("mini", ["pretrain.cooldown_steps=50", "pretrain.cooldown_noise=0",
                                   "pretrain.cooldown_lr=0.001", "pretrain.world_retail_kinds=null"], seed=0)
     monkeypatch.setattr(mod, "same_phase_3_draw", lambda cfg, card: None)  # the next test's business
     src = tmp_path / "base"
     src.mkdir()
     (src / "model.safetensors").write_bytes(b"weights")
-    card = {"recipe_config_hash": mod.recipe_hash(plain.model_copy(update={"pretrain": cooled.pretrain.model_copy(
-        update={"cooldown_steps": 0, "cooldown_noise": None, "cooldown_lr": 2e-4})})), "sha256": "0" * 64}
+    card = {"recipe_config_hash": mod.recipe_hash(plain), "sha256": "0" * 64}
     (src / "card.json").write_text(json.dumps(card))
     with pytest.raises(SystemExit, match="not the weights its card names"):
         mod.cooldown_from_base(cooled, str(src), str(tmp_path / "out"))
