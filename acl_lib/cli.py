@@ -113,11 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "complete and whose runs are all still on disk (those are skipped by default); runs that are "
                    "complete are still not retrained")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="seeds run side by side: up to N seeds at once, each in an `acl run` process of its own "
-                   "with the config's torch_threads divided among them, its lines prefixed [seed k]; the final "
-                   "tables run after the last seed. Default 1 (one seed after another). On a small CPU machine the "
-                   "mini model keeps one core busy per process, so --jobs 2 on 2 cores finishes seeds sooner "
-                   "(docs/mini-calibration.md)")
+                   help="work side by side, each piece in an `acl run` process of its own with the config's "
+                   "torch_threads divided among them. Several seeds: up to N seeds at once, lines prefixed [seed k]. "
+                   "One seed: up to N of its notebooks at once, each started when the notebooks whose runs it reads "
+                   "(metadata.acl.after) are done, lines prefixed [NN]. The final tables run last. Default 1 (one "
+                   "after another). On a small CPU machine the mini model keeps about one core busy per process, so "
+                   "--jobs 2 on 2 cores finishes sooner (docs/mini-calibration.md)")
+    p.add_argument("--held-lock", action="store_true", help=argparse.SUPPRESS)  # a child of one-seed --jobs N
     _add_set(p)
     _add_dirs(p)
     p.set_defaults(func=cmd_run)
@@ -352,10 +354,18 @@ def cmd_run(args) -> int:
             _err(problem)
             return EXIT_USAGE
     with ExitStack() as locks:
-        problem = _hold_run_locks(cfgs, args.profile, locks)
+        # a child of one-seed --jobs N runs under its parent's lock (the runs it trains take their own)
+        problem = None if args.held_lock else _hold_run_locks(cfgs, args.profile, locks)
         if problem:
             _err(problem)
             return EXIT_USAGE
+        if len(args.seeds) == 1 and args.jobs > 1:
+            cfg = cfgs[args.seeds[0]]
+            rc = _run_notebooks_side_by_side(args, cfg, notebooks, overrides)
+            over_seeds = [nb for nb in notebooks if nbs.across_seeds(nb)]
+            if rc != 0 or not over_seeds:
+                return rc
+            return _run_notebooks(args, cfgs, over_seeds, overrides)
         if args.jobs == 1 or len(args.seeds) == 1:
             return _run_notebooks(args, cfgs, notebooks, overrides)
     # Seeds side by side: each child `acl run --seeds k` takes its own seed's lock (checked free just above), so
@@ -374,62 +384,45 @@ def cmd_run(args) -> int:
         return _run_notebooks(args, cfgs, over_seeds, overrides)
 
 
-def _run_seeds_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: list[str]) -> int:
-    """The per-seed notebooks of every seed, up to ``args.jobs`` seeds at once, each seed in a child ``acl run``
-    (a session of its own, so Ctrl-C here is handed to each child once, and a second Ctrl-C once more: the
-    children stop as a single ``acl run`` does). The config's thread budget is divided among the children. Every
-    seed runs to its end even when another fails; returns 0, 1 if a seed failed, or 130 if interrupted."""
+def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, budget: int) -> tuple[dict, bool]:
+    """One child ``acl run`` per unit (a seed, or one notebook of a seed), up to ``jobs`` at once, each started
+    once every unit in ``after[unit]`` has exited 0; ``command(unit, threads)`` is its command line. The thread
+    budget is divided among the children running when one starts. Each child is a session of its own, so
+    Ctrl-C here is handed to each child once, and a second Ctrl-C once more: they stop as a single ``acl run``
+    does. Returns ``{unit: exit status}`` (a unit never started is absent) and whether it was interrupted."""
     import os
     import signal
     import subprocess
     import threading
 
-    from acl_lib import notebooks as nbs
-    from acl_lib.seeding import available_cpus
-
-    per_seed = [nb for nb in notebooks if not nbs.across_seeds(nb)]
-    if not per_seed:
-        return 0
-    _decide_png()  # the browser probe once, for every child
-    jobs = min(args.jobs, len(args.seeds))
-    budget = cfgs[args.seeds[0]].torch_threads or available_cpus()
-    threads = max(1, budget // jobs)
-    print(f"acl run: seeds {' '.join(map(str, args.seeds))}, {jobs} at a time, {threads} torch thread(s) each",
-          flush=True)
-    prefixes = [nb.name.split("_")[0] for nb in per_seed]
-    pending, running, results = list(args.seeds), {}, {}
+    pending, running, results = list(units), {}, {}
     interrupted = 0
     out_lock = threading.Lock()
 
-    def relay(stream, seed: int, sink) -> None:
+    def relay(stream, unit, sink) -> None:
         for line in stream:
             with out_lock:
-                sink.write(f"[seed {seed}] {line}")
+                sink.write(f"[{tag(unit)}] {line}")
                 sink.flush()
 
-    def start(seed: int) -> None:
-        cmd = [sys.executable, "-m", "acl_lib.cli", "run", "--profile", args.profile, "--seeds", str(seed),
-               "--only", *prefixes, "--notebooks-dir", str(args.notebooks_dir),
-               "--set", *overrides, f"torch_threads={threads}"]
-        if args.re_execute:
-            cmd.append("--re-execute")
+    def start(unit, threads: int) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                bufsize=1, start_new_session=True,
+        proc = subprocess.Popen(command(unit, threads), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, bufsize=1, start_new_session=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        readers = [threading.Thread(target=relay, args=(proc.stdout, seed, sys.stdout), daemon=True),
-                   threading.Thread(target=relay, args=(proc.stderr, seed, sys.stderr), daemon=True)]
+        readers = [threading.Thread(target=relay, args=(proc.stdout, unit, sys.stdout), daemon=True),
+                   threading.Thread(target=relay, args=(proc.stderr, unit, sys.stderr), daemon=True)]
         for r in readers:
             r.start()
-        running[seed] = (proc, readers)
+        running[unit] = (proc, readers)
 
     def reap() -> None:
-        for seed, (proc, readers) in list(running.items()):
+        for unit, (proc, readers) in list(running.items()):
             if proc.poll() is not None:
                 for r in readers:
                     r.join()
-                results[seed] = proc.returncode
-                del running[seed]
+                results[unit] = proc.returncode
+                del running[unit]
 
     def on_sigint(signum, frame) -> None:
         nonlocal interrupted
@@ -443,27 +436,108 @@ def _run_seeds_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: 
     previous = signal.getsignal(signal.SIGINT)
     if previous is not signal.SIG_IGN:  # SIGINT ignored on entry (a background job) stays ignored
         signal.signal(signal.SIGINT, on_sigint)
-    t0 = time.time()
     try:
-        while pending or running:
-            while pending and not interrupted and len(running) < jobs:
-                start(pending.pop(0))
+        while True:
+            # a unit whose prerequisite failed or never ran (transitively) is dropped, never started
+            pending = [u for u in pending
+                       if not any(results.get(d, 0) != 0 or d not in results and d not in running and d not in pending
+                                  for d in after.get(u, ()))]
+            ready = [u for u in pending if all(results.get(d) == 0 for d in after.get(u, ()))]
+            if not interrupted and ready and len(running) < jobs:
+                batch = ready[:jobs - len(running)]
+                threads = max(1, budget // (len(running) + len(batch)))
+                for unit in batch:
+                    pending.remove(unit)
+                    start(unit, threads)
+            if not running and (interrupted or not ready):
+                break
             time.sleep(0.2)
             reap()
     finally:
         if previous is not signal.SIG_IGN:
             signal.signal(signal.SIGINT, previous)
+    return results, bool(interrupted) or any(rc == 130 for rc in results.values())
+
+
+def _child_command(args, seed: int, prefixes: list[str], overrides: list[str], threads: int,
+                   held_lock: bool = False) -> list[str]:
+    cmd = [sys.executable, "-m", "acl_lib.cli", "run", "--profile", args.profile, "--seeds", str(seed),
+           "--only", *prefixes, "--notebooks-dir", str(args.notebooks_dir),
+           "--set", *overrides, f"torch_threads={threads}"]
+    if args.re_execute:
+        cmd.append("--re-execute")
+    if held_lock:
+        cmd.append("--held-lock")
+    return cmd
+
+
+def _run_seeds_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: list[str]) -> int:
+    """The per-seed notebooks of every seed, up to ``args.jobs`` seeds at once, each seed in a child ``acl run``
+    that takes its own seed's lock (``_children_side_by_side``). Every seed runs to its end even when another
+    fails; returns 0, 1 if a seed failed, or 130 if interrupted."""
+    from acl_lib import notebooks as nbs
+    from acl_lib.seeding import available_cpus
+
+    per_seed = [nb for nb in notebooks if not nbs.across_seeds(nb)]
+    if not per_seed:
+        return 0
+    _decide_png()  # the browser probe once, for every child
+    jobs = min(args.jobs, len(args.seeds))
+    budget = cfgs[args.seeds[0]].torch_threads or available_cpus()
+    print(f"acl run: seeds {' '.join(map(str, args.seeds))}, {jobs} at a time, {max(1, budget // jobs)} torch "
+          "thread(s) each", flush=True)
+    prefixes = [nb.name.split("_")[0] for nb in per_seed]
+    t0 = time.time()
+    results, interrupted = _children_side_by_side(
+        list(args.seeds), {}, lambda seed, threads: _child_command(args, seed, prefixes, overrides, threads),
+        lambda seed: f"seed {seed}", jobs, budget)
     failed = sorted(s for s, rc in results.items() if rc not in (0, 130))
-    stopped = sorted(s for s, rc in results.items() if rc == 130)
     print(f"\nacl run: seeds side by side in {_fmt_s(time.time() - t0)}: "
           + ", ".join(f"seed {s} {'ok' if rc == 0 else 'interrupted' if rc == 130 else f'failed (exit {rc})'}"
                       for s, rc in sorted(results.items())), flush=True)
-    if interrupted or stopped:
+    if interrupted:
         print("acl run: interrupted; the same command resumes where each seed stopped", file=sys.stderr)
         return 130
     if failed:
         print(f"acl run: seed(s) {' '.join(map(str, failed))} failed (their lines above, prefixed [seed k]); the "
               "final tables were not run", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def _run_notebooks_side_by_side(args, cfg, notebooks: list[Path], overrides: list[str]) -> int:
+    """One seed's per-seed notebooks, up to ``args.jobs`` at once, each in a child ``acl run --only NN``, a
+    notebook started as soon as those it reads are done (``nbs.prerequisites``: the oracles beside stages 2-4,
+    the consolidations beside one another). This process holds the seed's lock for its children; each run they
+    train still takes its own. Returns 0, 1 if a notebook failed (those that need it are not run), or 130."""
+    from acl_lib import notebooks as nbs
+    from acl_lib.seeding import available_cpus
+
+    per_seed = [nb for nb in notebooks if not nbs.across_seeds(nb)]
+    if not per_seed:
+        return 0
+    _decide_png()
+    budget = cfg.torch_threads or available_cpus()
+    jobs = args.jobs
+    print(f"acl run: seed {cfg.seed}, notebooks side by side (up to {jobs} at a time, {budget} torch thread(s) "
+          "shared), each started once the notebooks whose runs it reads are done", flush=True)
+    after = {nb: nbs.prerequisites(nb, per_seed) for nb in per_seed}
+    t0 = time.time()
+    results, interrupted = _children_side_by_side(
+        per_seed, after,
+        lambda nb, threads: _child_command(args, cfg.seed, [nb.name[:2]], overrides, threads, held_lock=True),
+        lambda nb: nb.name[:2], jobs, budget)
+    failed = [nb for nb in per_seed if results.get(nb, 0) not in (0, 130)]
+    not_run = [nb for nb in per_seed if nb not in results]
+    print(f"\nacl run: seed {cfg.seed}'s notebooks in {_fmt_s(time.time() - t0)}: "
+          + ", ".join(f"{nb.name[:2]} {'ok' if rc == 0 else 'interrupted' if rc == 130 else f'failed (exit {rc})'}"
+                      for nb, rc in sorted(results.items())), flush=True)
+    if interrupted:
+        print("acl run: interrupted; the same command resumes: complete runs are skipped", file=sys.stderr)
+        return 130
+    if failed:
+        print(f"acl run: {', '.join(nb.name for nb in failed)} failed (lines above, prefixed with its number); "
+              f"not run: {', '.join(nb.name[:2] for nb in not_run) or 'none'}", file=sys.stderr)
         return EXIT_FAILED
     return 0
 

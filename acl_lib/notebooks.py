@@ -73,11 +73,15 @@ def list_notebooks(directory: str | Path = "notebooks", only: list[str] | None =
 #                                          parameters; its executed copy goes to <papermill_dir>/<profile>/
 #     "acl": {"opt_in": true}              left out of ``acl run`` unless named with --only (the curriculum orders:
 #                                          four more sequences of training; ``make curriculum``)
+#     "acl": {"after": ["01"]}             the per-seed notebooks (by prefix, all earlier than this one) whose runs
+#                                          this one reads: ``acl run --jobs 2`` on one seed may start it as soon as
+#                                          those are done (the oracles of 05 need the base and seq_math, not the
+#                                          stages of 02-04). Without it: every earlier per-seed notebook.
 #
 # Without it a notebook runs once per seed.
 SCHEDULE_KEY = "acl"
 RUNS = ("per_seed", "once_over_seeds")
-SCHEDULE_DEFAULTS = {"runs": "per_seed", "opt_in": False}
+SCHEDULE_DEFAULTS = {"runs": "per_seed", "opt_in": False, "after": None}
 
 
 def schedule(notebook: str | Path) -> dict[str, Any]:
@@ -97,6 +101,18 @@ def default_notebooks(notebooks: list[Path], only: list[str] | None = None) -> l
 def across_seeds(notebook: str | Path) -> bool:
     """Whether ``notebook`` runs once over all the seeds (``metadata.acl.runs``), not once per seed."""
     return schedule(notebook)["runs"] == "once_over_seeds"
+
+
+def prerequisites(notebook: Path, per_seed: list[Path]) -> list[Path]:
+    """The notebooks of ``per_seed`` that must finish before ``notebook`` starts (``metadata.acl.after``, or every
+    earlier one); those ``--only`` left out are not waited for. The order of prefixes stays the order of a
+    one-at-a-time run, so ``after`` may name only earlier notebooks (``check_conventions``)."""
+    after = schedule(notebook)["after"]
+    own = notebook.name[:2]
+    if after is None:
+        return [p for p in per_seed if p.name[:2] < own]
+    wanted = {str(a).zfill(2) for a in after}
+    return [p for p in per_seed if p.name[:2] in wanted]
 
 
 @dataclass(frozen=True)
@@ -519,6 +535,11 @@ def check_conventions(path: str | Path) -> list[str]:
             problems.append(f"metadata.{SCHEDULE_KEY}.runs must be one of {list(RUNS)}, got {own['runs']!r}")
         elif not isinstance(own.get("opt_in", False), bool):
             problems.append(f"metadata.{SCHEDULE_KEY}.opt_in must be true or false, got {own['opt_in']!r}")
+        elif own.get("after") is not None and (
+                not isinstance(own["after"], list)
+                or not all(isinstance(a, str) and a.isdigit() and len(a) == 2 and a < name[:2] for a in own["after"])):
+            problems.append(f"metadata.{SCHEDULE_KEY}.after must list earlier notebooks' two-digit prefixes, got "
+                            f"{own['after']!r}")
         else:
             over_seeds = own.get("runs") == "once_over_seeds"
     cells = nb.get("cells", [])

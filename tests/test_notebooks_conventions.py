@@ -69,7 +69,7 @@ def test_the_schedule_is_the_notebooks_own_metadata(tmp_path):
     from acl_lib.notebooks import across_seeds, schedule
 
     p = write_notebook(tmp_path / "07_tables.ipynb", ["x = seeds"])
-    assert schedule(p) == {"runs": "per_seed", "opt_in": False} and not across_seeds(p)
+    assert schedule(p) == {"runs": "per_seed", "opt_in": False, "after": None} and not across_seeds(p)
     nb = json.loads(p.read_text())
     nb["metadata"]["acl"] = {"runs": "once_over_seeds", "interrupted": True, "at": "2026-01-01T00:00:00+00:00"}
     p.write_text(json.dumps(nb))
