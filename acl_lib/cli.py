@@ -113,13 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "complete and whose runs are all still on disk (those are skipped by default); runs that are "
                    "complete are still not retrained")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="work side by side, each piece in an `acl run` process of its own with the config's "
-                   "torch_threads divided among them. Several seeds: up to N seeds at once, lines prefixed [seed k]. "
-                   "One seed: up to N of its notebooks at once, each started when the notebooks whose runs it reads "
-                   "(metadata.acl.after) are done, lines prefixed [NN]. The final tables run last. Default 1 (one "
-                   "after another). On a small CPU machine the mini model keeps about one core busy per process, so "
-                   "--jobs 2 on 2 cores finishes sooner (docs/mini-calibration.md)")
-    p.add_argument("--held-lock", action="store_true", help=argparse.SUPPRESS)  # a child of one-seed --jobs N
+                   help="run up to N notebooks at once, each in an `acl run --only NN` process of its own with the "
+                   "config's torch_threads divided among those running, each started once the notebooks of its seed "
+                   "whose runs it reads (metadata.acl.after) are done; with several seeds the notebooks of every seed "
+                   "share the N places, seed 0's first. Lines are prefixed [NN] (one seed) or [seed k · NN]. The "
+                   "final tables run last. Default 1 (one after another). On a small CPU machine the mini model "
+                   "keeps about one core busy per process, so --jobs 2 on 2 cores finishes sooner "
+                   "(docs/mini-calibration.md)")
+    p.add_argument("--held-lock", action="store_true", help=argparse.SUPPRESS)  # a child of --jobs N
     _add_set(p)
     _add_dirs(p)
     p.set_defaults(func=cmd_run)
@@ -330,7 +331,7 @@ def cmd_run(args) -> int:
 
     overrides = list(args.overrides) + _dir_overrides(args)
     if args.jobs < 1:
-        _err(f"--jobs {args.jobs}: give 1 or more (the number of seeds run side by side)")
+        _err(f"--jobs {args.jobs}: give 1 or more (the number of notebooks run at once)")
         return EXIT_USAGE
     # Validate every seed's config before any notebook starts: a typo fails here, in seconds.
     cfgs = {seed: _load(args.profile, overrides, seed) for seed in args.seeds}
@@ -354,34 +355,16 @@ def cmd_run(args) -> int:
             _err(problem)
             return EXIT_USAGE
     with ExitStack() as locks:
-        # a child of one-seed --jobs N runs under its parent's lock (the runs it trains take their own)
+        # a child of --jobs N runs under its parent's locks (the runs it trains take their own)
         problem = None if args.held_lock else _hold_run_locks(cfgs, args.profile, locks)
         if problem:
             _err(problem)
             return EXIT_USAGE
-        if len(args.seeds) == 1 and args.jobs > 1:
-            cfg = cfgs[args.seeds[0]]
-            rc = _run_notebooks_side_by_side(args, cfg, notebooks, overrides)
-            over_seeds = [nb for nb in notebooks if nbs.across_seeds(nb)]
-            if rc != 0 or not over_seeds:
-                return rc
-            return _run_notebooks(args, cfgs, over_seeds, overrides)
-        if args.jobs == 1 or len(args.seeds) == 1:
+        if args.jobs == 1:
             return _run_notebooks(args, cfgs, notebooks, overrides)
-    # Seeds side by side: each child `acl run --seeds k` takes its own seed's lock (checked free just above), so
-    # a child left running by a killed parent still keeps a second run out of its seed.
-    rc = _run_seeds_side_by_side(args, cfgs, notebooks, overrides)
-    if rc != 0:
-        return rc
-    over_seeds = [nb for nb in notebooks if nbs.across_seeds(nb)]
-    if not over_seeds:
-        return 0
-    with ExitStack() as locks:
-        problem = _hold_run_locks(cfgs, args.profile, locks)
-        if problem:
-            _err(problem)
-            return EXIT_USAGE
-        return _run_notebooks(args, cfgs, over_seeds, overrides)
+        rc = _run_side_by_side(args, cfgs, notebooks, overrides)
+        over_seeds = [nb for nb in notebooks if nbs.across_seeds(nb)]
+        return rc or (_run_notebooks(args, cfgs, over_seeds, overrides) if over_seeds else 0)
 
 
 def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, budget: int) -> tuple[dict, bool]:
@@ -424,6 +407,11 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
                 results[unit] = proc.returncode
                 del running[unit]
 
+    def blocked(unit) -> bool:
+        """A prerequisite of ``unit`` failed, or will never run (it was itself dropped)."""
+        return any(results.get(d, 0) != 0 or (d not in results and d not in running and d not in pending)
+                   for d in after.get(unit, ()))
+
     def on_sigint(signum, frame) -> None:
         nonlocal interrupted
         interrupted += 1
@@ -439,9 +427,7 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
     try:
         while True:
             # a unit whose prerequisite failed or never ran (transitively) is dropped, never started
-            pending = [u for u in pending
-                       if not any(results.get(d, 0) != 0 or d not in results and d not in running and d not in pending
-                                  for d in after.get(u, ()))]
+            pending = [u for u in pending if not blocked(u)]
             ready = [u for u in pending if all(results.get(d) == 0 for d in after.get(u, ()))]
             if not interrupted and ready and len(running) < jobs:
                 batch = ready[:jobs - len(running)]
@@ -471,10 +457,13 @@ def _child_command(args, seed: int, prefixes: list[str], overrides: list[str], t
     return cmd
 
 
-def _run_seeds_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: list[str]) -> int:
-    """The per-seed notebooks of every seed, up to ``args.jobs`` seeds at once, each seed in a child ``acl run``
-    that takes its own seed's lock (``_children_side_by_side``). Every seed runs to its end even when another
-    fails; returns 0, 1 if a seed failed, or 130 if interrupted."""
+def _run_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: list[str]) -> int:
+    """Every seed's per-seed notebooks, up to ``args.jobs`` at once, each in a child ``acl run --seeds k --only
+    NN``, a notebook started as soon as the notebooks of its seed that it reads are done (``nbs.prerequisites``:
+    the oracles beside stages 2-4, the consolidations beside one another). With several seeds the places go to
+    the first seed's ready notebooks first, then the next seed's, so the cores stay busy while a seed waits on its
+    chain of stages. This process holds the seeds' locks for its children; each run they train still takes its
+    own. Returns 0, 1 if a notebook failed (those that need it are not run, the rest finish), or 130."""
     from acl_lib import notebooks as nbs
     from acl_lib.seeding import available_cpus
 
@@ -482,62 +471,42 @@ def _run_seeds_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: 
     if not per_seed:
         return 0
     _decide_png()  # the browser probe once, for every child
-    jobs = min(args.jobs, len(args.seeds))
-    budget = cfgs[args.seeds[0]].torch_threads or available_cpus()
-    print(f"acl run: seeds {' '.join(map(str, args.seeds))}, {jobs} at a time, {max(1, budget // jobs)} torch "
-          "thread(s) each", flush=True)
-    prefixes = [nb.name.split("_")[0] for nb in per_seed]
+    seeds = list(args.seeds)
+    budget = cfgs[seeds[0]].torch_threads or available_cpus()
+    units = [(seed, nb) for seed in seeds for nb in per_seed]
+    after = {(seed, nb): [(seed, d) for d in nbs.prerequisites(nb, per_seed)] for seed, nb in units}
+
+    def tag(unit) -> str:
+        seed, nb = unit
+        return nb.name[:2] if len(seeds) == 1 else f"seed {seed} · {nb.name[:2]}"
+
+    print(f"acl run: seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}, notebooks side by side (up "
+          f"to {args.jobs} at a time, {budget} torch thread(s) shared), each started once the notebooks whose runs "
+          "it reads are done", flush=True)
     t0 = time.time()
     results, interrupted = _children_side_by_side(
-        list(args.seeds), {}, lambda seed, threads: _child_command(args, seed, prefixes, overrides, threads),
-        lambda seed: f"seed {seed}", jobs, budget)
-    failed = sorted(s for s, rc in results.items() if rc not in (0, 130))
-    print(f"\nacl run: seeds side by side in {_fmt_s(time.time() - t0)}: "
-          + ", ".join(f"seed {s} {'ok' if rc == 0 else 'interrupted' if rc == 130 else f'failed (exit {rc})'}"
-                      for s, rc in sorted(results.items())), flush=True)
-    if interrupted:
-        print("acl run: interrupted; the same command resumes where each seed stopped", file=sys.stderr)
-        return 130
-    if failed:
-        print(f"acl run: seed(s) {' '.join(map(str, failed))} failed (their lines above, prefixed [seed k]); the "
-              "final tables were not run", file=sys.stderr)
-        return EXIT_FAILED
-    return 0
-
-
-def _run_notebooks_side_by_side(args, cfg, notebooks: list[Path], overrides: list[str]) -> int:
-    """One seed's per-seed notebooks, up to ``args.jobs`` at once, each in a child ``acl run --only NN``, a
-    notebook started as soon as those it reads are done (``nbs.prerequisites``: the oracles beside stages 2-4,
-    the consolidations beside one another). This process holds the seed's lock for its children; each run they
-    train still takes its own. Returns 0, 1 if a notebook failed (those that need it are not run), or 130."""
-    from acl_lib import notebooks as nbs
-    from acl_lib.seeding import available_cpus
-
-    per_seed = [nb for nb in notebooks if not nbs.across_seeds(nb)]
-    if not per_seed:
-        return 0
-    _decide_png()
-    budget = cfg.torch_threads or available_cpus()
-    jobs = args.jobs
-    print(f"acl run: seed {cfg.seed}, notebooks side by side (up to {jobs} at a time, {budget} torch thread(s) "
-          "shared), each started once the notebooks whose runs it reads are done", flush=True)
-    after = {nb: nbs.prerequisites(nb, per_seed) for nb in per_seed}
-    t0 = time.time()
-    results, interrupted = _children_side_by_side(
-        per_seed, after,
-        lambda nb, threads: _child_command(args, cfg.seed, [nb.name[:2]], overrides, threads, held_lock=True),
-        lambda nb: nb.name[:2], jobs, budget)
-    failed = [nb for nb in per_seed if results.get(nb, 0) not in (0, 130)]
-    not_run = [nb for nb in per_seed if nb not in results]
-    print(f"\nacl run: seed {cfg.seed}'s notebooks in {_fmt_s(time.time() - t0)}: "
-          + ", ".join(f"{nb.name[:2]} {'ok' if rc == 0 else 'interrupted' if rc == 130 else f'failed (exit {rc})'}"
-                      for nb, rc in sorted(results.items())), flush=True)
+        units, after,
+        lambda unit, threads: _child_command(args, unit[0], [unit[1].name[:2]], overrides, threads, held_lock=True),
+        tag, args.jobs, budget)
+    print(f"\nacl run: notebooks side by side in {_fmt_s(time.time() - t0)}", flush=True)
+    for seed in seeds:
+        mine = {nb.name[:2]: results.get((seed, nb)) for nb in per_seed}
+        not_run = " ".join(k for k, rc in mine.items() if rc is None)
+        parts = [f"{sum(rc == 0 for rc in mine.values())} ok",
+                 *(f"{k} {'interrupted' if rc == 130 else f'failed (exit {rc})'}" for k, rc in mine.items()
+                   if rc not in (0, None)),
+                 *([f"not run: {not_run}"] if not_run else [])]
+        print(f"  seed {seed}: {', '.join(parts)}", flush=True)
     if interrupted:
         print("acl run: interrupted; the same command resumes: complete runs are skipped", file=sys.stderr)
         return 130
+    failed = [unit for unit in units if results.get(unit, 0) != 0]
     if failed:
-        print(f"acl run: {', '.join(nb.name for nb in failed)} failed (lines above, prefixed with its number); "
-              f"not run: {', '.join(nb.name[:2] for nb in not_run) or 'none'}", file=sys.stderr)
+        not_run = [unit for unit in units if unit not in results]
+        named = [u[1].name if len(seeds) == 1 else f"{u[1].name} of seed {u[0]}" for u in failed]
+        print(f"acl run: {', '.join(named)} failed (its lines above, "
+              f"prefixed [{tag(failed[0])}]); not run: {', '.join(tag(u) for u in not_run) or 'none'}; the final "
+              "tables were not run", file=sys.stderr)
         return EXIT_FAILED
     return 0
 

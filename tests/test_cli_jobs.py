@@ -1,5 +1,6 @@
-"""``acl run --jobs N``: seeds side by side, each in a child ``acl run`` with its share of the threads; the
-final tables after the last seed; Ctrl-C stops every seed as it stops a lone ``acl run``.
+"""``acl run --jobs N`` with several seeds: the notebooks of every seed share the N places, each in a child ``acl
+run --seeds k --only NN`` with its share of the threads; the final tables after the last seed; Ctrl-C stops every
+notebook as it stops a lone ``acl run``.
 
 The notebooks here are throwaway ones (``conftest.write_notebook``) that record when and with what config they
 ran, so the tests see the schedule itself, not the suite's training."""
@@ -55,9 +56,9 @@ def test_two_seeds_side_by_side_then_the_final_tables_then_nothing_to_redo(tmp_p
     res = subprocess.run([*args, "--jobs", "2"], cwd=ROOT, env=dict(child_env(), ACL_PNG="0"), capture_output=True,
                          text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "2 at a time, 2 torch thread(s) each" in res.stdout
+    assert "up to 2 at a time, 4 torch thread(s) shared" in res.stdout
     assert res.stdout.count("no PNG copies") == 1, res.stdout  # said once by the parent, not again by each seed
-    assert "[seed 0] [1/1] 00_record.ipynb" in res.stdout and "[seed 1] [1/1] 00_record.ipynb" in res.stdout
+    assert "[seed 0 · 00] [1/1] 00_record.ipynb" in res.stdout and "[seed 1 · 00] [1/1] 00_record.ipynb" in res.stdout
 
     rec = {s: json.loads((out / "smoke" / f"seed{s}" / "record.json").read_text()) for s in (0, 1)}
     assert rec[0]["threads"] == rec[1]["threads"] == 2  # the budget of 4 divided between two seeds
@@ -84,8 +85,9 @@ def test_a_failing_seed_lets_the_other_finish_and_skips_the_final_tables(tmp_pat
                           str(nb_dir), "--output-dir", str(out), "--papermill-dir", str(pm)],
                          cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=600)
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "seed one breaks" in res.stderr and "[seed 1] FAILED: 00_record.ipynb" in res.stderr
-    assert "seed 0 ok, seed 1 failed (exit 1)" in res.stdout
+    assert "seed one breaks" in res.stderr and "[seed 1 · 00] FAILED: 00_record.ipynb" in res.stderr
+    assert "seed 0: 1 ok" in res.stdout and "seed 1: 0 ok, 00 failed (exit 1)" in res.stdout
+    assert "00_record.ipynb of seed 1 failed" in res.stderr
     assert (out / "smoke" / "seed0" / "record.json").exists()
     assert not (out / "smoke" / "final.json").exists() and "final tables were not run" in res.stderr
 
@@ -114,10 +116,44 @@ def test_ctrl_c_stops_every_seed_and_leaves_no_process(tmp_path):
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stdout[-3000:] + stderr[-3000:]
     for s in (0, 1):
-        assert f"[seed {s}] " in stderr and "interrupted in 00_record.ipynb" in stderr, stderr[-3000:]
+        assert f"[seed {s} · 00] " in stderr and "interrupted in 00_record.ipynb" in stderr, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     assert "the same command resumes" in stderr
     assert not (out / "smoke" / "final.json").exists()
     time.sleep(2)  # a kernel exits about a second after its parent
     alive = [pid for pid in tree if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"left running: {alive}"
+
+
+def _timed(name: str, sleep: float) -> list[str]:
+    return [
+        "import json, time\n"
+        "t0 = time.time()\n"
+        f"time.sleep({sleep})\n"
+        "cfg.seed_dir().mkdir(parents=True, exist_ok=True)\n"
+        f"(cfg.seed_dir() / '{name}.json').write_text(json.dumps({{'start': t0, 'end': time.time()}}))",
+    ]
+
+
+def test_the_seeds_share_the_places_and_a_notebook_waits_only_for_its_own_seed(tmp_path):
+    nb_dir, out, pm = tmp_path / "nb", tmp_path / "out", tmp_path / "pm"
+    write_notebook(nb_dir / "00_a.ipynb", _timed("a", 1))
+    write_notebook(nb_dir / "01_b.ipynb", _timed("b", 10))
+    c = write_notebook(nb_dir / "02_c.ipynb", _timed("c", 1))
+    nb = nbformat.read(str(c), as_version=4)
+    nb.metadata["acl"] = {"after": ["00"]}  # reads only 00: beside 01
+    nbformat.write(nb, str(c))
+    res = subprocess.run([*ACL, "run", "--profile", "smoke", "--seeds", "0", "1", "--jobs", "3", "--notebooks-dir",
+                          str(nb_dir), "--output-dir", str(out), "--papermill-dir", str(pm)],
+                         cwd=ROOT, env=dict(child_env(), ACL_PNG="0"), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rec = {(s, n): json.loads((out / "smoke" / f"seed{s}" / f"{n}.json").read_text()) for s in (0, 1) for n in "abc"}
+    for s in (0, 1):  # each seed's 01 and 02 wait for its own 00
+        assert rec[s, "a"]["end"] < min(rec[s, "b"]["start"], rec[s, "c"]["start"])
+    # seed 1's notebooks ran while seed 0's 01 did: the seeds share the places
+    assert rec[1, "b"]["start"] < rec[0, "b"]["end"] and rec[1, "c"]["start"] < rec[0, "b"]["end"], rec
+    # never more than three at once: at every start, count the notebooks running
+    for key, r in rec.items():
+        running = [k for k, o in rec.items() if o["start"] <= r["start"] < o["end"]]
+        assert len(running) <= 3, (key, running)
+    assert "seed 0: 3 ok" in res.stdout and "seed 1: 3 ok" in res.stdout
