@@ -1,7 +1,7 @@
 # Two commands on a fresh machine with Python 3.11:
 #   make run    create .venv if missing, install the suite, execute every notebook (profile mini, seed 0)
-#               JOBS=2 (the default): the seed's notebooks two at a time where one does not read the other's runs
-#               (acl run --jobs); SEEDS="0 1 2" JOBS=3: three seeds side by side, each on its share of the cores
+#               JOBS=2 (the default): two notebooks at a time where one does not read the other's runs
+#               (acl run --jobs); SEEDS="0 1 2": the three seeds' notebooks share the two places
 #   make test   create .venv if missing, install with test extras, run the test suite (everything, on 2 workers;
 #               what CI runs)
 #   make test-fast  the inner loop: the tests not marked `slow` (training, processes, notebooks) on 2 workers, ~3 min
