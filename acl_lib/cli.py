@@ -367,10 +367,12 @@ def cmd_run(args) -> int:
         return rc or (_run_notebooks(args, cfgs, over_seeds, overrides) if over_seeds else 0)
 
 
-def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, budget: int) -> tuple[dict, bool]:
+def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, budget: int,
+                           priority=None) -> tuple[dict, bool]:
     """One child ``acl run`` per unit (a seed, or one notebook of a seed), up to ``jobs`` at once, each started
     once every unit in ``after[unit]`` has exited 0; ``command(unit, threads)`` is its command line. The thread
-    budget is divided among the children running when one starts. Each child is a session of its own, so
+    budget is divided among the children running when one starts. A free place goes to the ready unit with the
+    smallest ``priority(unit)`` (default: the first in ``units``). Each child is a session of its own, so
     Ctrl-C here is handed to each child once, and a second Ctrl-C once more: they stop as a single ``acl run``
     does. Returns ``{unit: exit status}`` (a unit never started is absent) and whether it was interrupted."""
     import os
@@ -428,7 +430,8 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
         while True:
             # a unit whose prerequisite failed or never ran (transitively) is dropped, never started
             pending = [u for u in pending if not blocked(u)]
-            ready = [u for u in pending if all(results.get(d) == 0 for d in after.get(u, ()))]
+            ready = sorted((u for u in pending if all(results.get(d) == 0 for d in after.get(u, ()))),
+                           key=priority or units.index)
             if not interrupted and ready and len(running) < jobs:
                 batch = ready[:jobs - len(running)]
                 threads = max(1, budget // (len(running) + len(batch)))
@@ -460,10 +463,11 @@ def _child_command(args, seed: int, prefixes: list[str], overrides: list[str], t
 def _run_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: list[str]) -> int:
     """Every seed's per-seed notebooks, up to ``args.jobs`` at once, each in a child ``acl run --seeds k --only
     NN``, a notebook started as soon as the notebooks of its seed that it reads are done (``nbs.prerequisites``:
-    the oracles beside stages 2-4, the consolidations beside one another). With several seeds the places go to
-    the first seed's ready notebooks first, then the next seed's, so the cores stay busy while a seed waits on its
-    chain of stages. This process holds the seeds' locks for its children; each run they train still takes its
-    own. Returns 0, 1 if a notebook failed (those that need it are not run, the rest finish), or 130."""
+    the oracles beside stages 2-4, the consolidations beside one another). A free place goes to the ready
+    notebook most others wait on (``nbs.waiting_on``), then to the first seed's, so one seed's chain of stages
+    starts before another seed's last tables. This process holds the seeds' locks for its children; each run they
+    train still takes its own. Returns 0, 1 if a notebook failed (those that need it are not run, the rest
+    finish), or 130."""
     from acl_lib import notebooks as nbs
     from acl_lib.seeding import available_cpus
 
@@ -475,6 +479,7 @@ def _run_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: list[s
     budget = cfgs[seeds[0]].torch_threads or available_cpus()
     units = [(seed, nb) for seed in seeds for nb in per_seed]
     after = {(seed, nb): [(seed, d) for d in nbs.prerequisites(nb, per_seed)] for seed, nb in units}
+    waiting = nbs.waiting_on(per_seed)
 
     def tag(unit) -> str:
         seed, nb = unit
@@ -487,7 +492,9 @@ def _run_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: list[s
     results, interrupted = _children_side_by_side(
         units, after,
         lambda unit, threads: _child_command(args, unit[0], [unit[1].name[:2]], overrides, threads, held_lock=True),
-        tag, args.jobs, budget)
+        tag, args.jobs, budget,
+        # the notebook most others wait on first (a seed's stages before another's tables), then seed order
+        priority=lambda unit: (-waiting[unit[1]], units.index(unit)))
     print(f"\nacl run: notebooks side by side in {_fmt_s(time.time() - t0)}", flush=True)
     for seed in seeds:
         mine = {nb.name[:2]: results.get((seed, nb)) for nb in per_seed}

@@ -115,6 +115,17 @@ def prerequisites(notebook: Path, per_seed: list[Path]) -> list[Path]:
     return [p for p in per_seed if p.name[:2] in wanted]
 
 
+def waiting_on(per_seed: list[Path]) -> dict[Path, int]:
+    """For each notebook of ``per_seed``, how many of the others wait on it, directly or through another: the
+    order in which ``acl run --jobs`` fills a free place (most first), so that a seed's long chain of stages
+    starts before another seed's last tables while both are ready."""
+    needs = {nb: set(prerequisites(nb, per_seed)) for nb in per_seed}
+    for nb in per_seed:  # prefix order: every prerequisite is earlier, so its own needs are already closed
+        for d in list(needs[nb]):
+            needs[nb] |= needs[d]
+    return {nb: sum(nb in needs[other] for other in per_seed) for nb in per_seed}
+
+
 @dataclass(frozen=True)
 class Job:
     """One notebook execution of ``acl run``: ``seed`` is the seed of a per-seed notebook, or the first seed of

@@ -65,6 +65,18 @@ def test_prerequisites_are_the_after_list_or_every_earlier_notebook(tmp_path):
     assert any("after must list earlier" in p for p in nbs.check_conventions(late))
 
 
+def test_a_free_place_goes_to_the_notebook_most_others_wait_on(tmp_path):
+    a = _write(tmp_path, "00_a", [])
+    b = _write(tmp_path, "01_b", [])
+    c = _write(tmp_path, "02_c", [], after=["00"])
+    d = _write(tmp_path, "03_d", [], after=["01"])
+    assert nbs.waiting_on([a, b, c, d]) == {a: 3, b: 1, c: 0, d: 0}  # d waits on a through b
+    # the suite's own: a seed's stages and oracles before another seed's diagnostics and tables
+    per_seed = [nb for nb in nbs.default_notebooks(nbs.list_notebooks(ROOT / "notebooks")) if not nbs.across_seeds(nb)]
+    waiting = {nb.name[:2]: n for nb, n in nbs.waiting_on(per_seed).items()}
+    assert waiting["03"] > waiting["06"] > waiting["08"] and waiting["05"] > waiting["10"] and waiting["11"] == 0
+
+
 def test_a_notebook_starts_when_what_it_reads_is_done_with_its_share_of_the_threads(tmp_path):
     nb_dir, out, pm = tmp_path / "nb", tmp_path / "out", tmp_path / "pm"
     _write(nb_dir, "00_a", _record("a"))
