@@ -432,6 +432,10 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
             pending = [u for u in pending if not blocked(u)]
             ready = sorted((u for u in pending if all(results.get(d) == 0 for d in after.get(u, ()))),
                            key=priority or units.index)
+            if not interrupted and any(rc == 130 for rc in results.values()):
+                # a child interrupted on its own (SIGINT sent to it, not to this process; exit 130) stops the
+                # rest as a Ctrl-C here would, rather than letting the schedule run on without it
+                on_sigint(signal.SIGINT, None)
             if not interrupted and ready and len(running) < jobs:
                 batch = ready[:jobs - len(running)]
                 threads = max(1, budget // (len(running) + len(batch)))

@@ -139,3 +139,37 @@ def test_ctrl_c_stops_every_notebook_and_leaves_no_process(tmp_path):
     time.sleep(2)  # a kernel exits about a second after its parent
     alive = [pid for pid in tree if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"left running: {alive}"
+
+
+def test_one_notebook_interrupted_on_its_own_stops_the_others(tmp_path):
+    """SIGINT sent to one child (as `kill -INT` on its process group, or a parent run in the background, which keeps
+    SIGINT ignored) stops the whole schedule as a Ctrl-C to the parent would: nothing more starts."""
+    nb_dir, out, pm = tmp_path / "nb", tmp_path / "out", tmp_path / "pm"
+    _write(nb_dir, "00_a", _record("a", sleep=0))
+    for name in ("01_b", "02_c"):
+        _write(nb_dir, name, [
+            "import json, os, time\n"
+            "cfg.seed_dir().mkdir(parents=True, exist_ok=True)\n"
+            f"(cfg.seed_dir() / '{name}.pid').write_text(str(os.getpid()))\n"
+            "time.sleep(600)",
+        ], after=["00"])
+    _write(nb_dir, "03_d", _record("d", sleep=0), after=["00"])
+    proc = subprocess.Popen([*ACL, "run", "--profile", "smoke", "--seeds", "0", "--jobs", "2", "--notebooks-dir",
+                             str(nb_dir), "--output-dir", str(out), "--papermill-dir", str(pm)],
+                            cwd=ROOT, env=dict(child_env(), ACL_PNG="0"), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    markers = [out / "smoke" / "seed0" / f"{n}.pid" for n in ("01_b", "02_c")]
+    deadline = time.time() + 240
+    while not all(m.exists() for m in markers):
+        assert proc.poll() is None and time.time() < deadline, "the kernels never started"
+        time.sleep(0.2)
+    tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    child = next(p for p in psutil.Process(proc.pid).children() if "01" in p.cmdline())  # acl run ... --only 01
+    os.killpg(child.pid, signal.SIGINT)  # the child of notebook 01 only (each child is a session of its own)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout[-3000:] + stderr[-3000:]
+    assert "interrupted in 01_b.ipynb" in stderr and "interrupted in 02_c.ipynb" in stderr, stderr[-3000:]
+    assert not (out / "smoke" / "seed0" / "d.json").exists() and "[03]" not in stdout  # nothing more started
+    time.sleep(2)  # a kernel exits about a second after its parent
+    alive = [pid for pid in tree if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"left running: {alive}"
