@@ -150,8 +150,8 @@ def test_the_seeds_share_the_places_and_a_notebook_waits_only_for_its_own_seed(t
     rec = {(s, n): json.loads((out / "smoke" / f"seed{s}" / f"{n}.json").read_text()) for s in (0, 1) for n in "abc"}
     for s in (0, 1):  # each seed's 01 and 02 wait for its own 00
         assert rec[s, "a"]["end"] < min(rec[s, "b"]["start"], rec[s, "c"]["start"])
-    # seed 1's notebooks ran while seed 0's 01 did: the seeds share the places
-    assert rec[1, "b"]["start"] < rec[0, "b"]["end"] and rec[1, "c"]["start"] < rec[0, "b"]["end"], rec
+    # seed 1's 01 ran while seed 0's 01 did: the seeds share the places
+    assert rec[1, "b"]["start"] < rec[0, "b"]["end"], rec
     # never more than three at once: at every start, count the notebooks running
     for key, r in rec.items():
         running = [k for k, o in rec.items() if o["start"] <= r["start"] < o["end"]]
