@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run up to N notebooks at once, each in an `acl run --only NN` process of its own with the "
                    "config's torch_threads divided among those running, each started once the notebooks of its seed "
                    "whose runs it reads (metadata.acl.after) are done; with several seeds the notebooks of every seed "
-                   "share the N places, seed 0's first. Lines are prefixed [NN] (one seed) or [seed k · NN]. The "
+                   "share the N places, the notebook most others wait on first. Lines are prefixed [NN] (one seed) or "
+                   "[seed k · NN]. The "
                    "final tables run last. Default 1 (one after another). On a small CPU machine the mini model "
                    "keeps about one core busy per process, so --jobs 2 on 2 cores finishes sooner "
                    "(docs/mini-calibration.md)")
