@@ -369,11 +369,11 @@ def cmd_run(args) -> int:
 
 
 def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, budget: int,
-                           priority=None) -> tuple[dict, bool]:
+                           priority) -> tuple[dict, bool]:
     """One child ``acl run`` per unit (a seed, or one notebook of a seed), up to ``jobs`` at once, each started
     once every unit in ``after[unit]`` has exited 0; ``command(unit, threads)`` is its command line. The thread
     budget is divided among the children running when one starts. A free place goes to the ready unit with the
-    smallest ``priority(unit)`` (default: the first in ``units``). Each child is a session of its own, so
+    smallest ``priority(unit)``. Each child is a session of its own, so
     Ctrl-C here is handed to each child once, and a second Ctrl-C once more: they stop as a single ``acl run``
     does. Returns ``{unit: exit status}`` (a unit never started is absent) and whether it was interrupted."""
     import os
@@ -432,7 +432,7 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
             # a unit whose prerequisite failed or never ran (transitively) is dropped, never started
             pending = [u for u in pending if not blocked(u)]
             ready = sorted((u for u in pending if all(results.get(d) == 0 for d in after.get(u, ()))),
-                           key=priority or units.index)
+                           key=priority)
             if not interrupted and any(rc == 130 for rc in results.values()):
                 # a child interrupted on its own (SIGINT sent to it, not to this process; exit 130) stops the
                 # rest as a Ctrl-C here would, rather than letting the schedule run on without it
@@ -485,6 +485,7 @@ def _run_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: list[s
     units = [(seed, nb) for seed in seeds for nb in per_seed]
     after = {(seed, nb): [(seed, d) for d in nbs.prerequisites(nb, per_seed)] for seed, nb in units}
     waiting = nbs.waiting_on(per_seed)
+    rank = {unit: i for i, unit in enumerate(units)}  # seed order, then notebook order
 
     def tag(unit) -> str:
         seed, nb = unit
@@ -499,7 +500,7 @@ def _run_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: list[s
         lambda unit, threads: _child_command(args, unit[0], [unit[1].name[:2]], overrides, threads, held_lock=True),
         tag, args.jobs, budget,
         # the notebook most others wait on first (a seed's stages before another's tables), then seed order
-        priority=lambda unit: (-waiting[unit[1]], units.index(unit)))
+        priority=lambda unit: (-waiting[unit[1]], rank[unit]))
     print(f"\nacl run: notebooks side by side in {_fmt_s(time.time() - t0)}", flush=True)
     for seed in seeds:
         mine = {nb.name[:2]: results.get((seed, nb)) for nb in per_seed}
