@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -14,6 +15,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # `python -m acl_lib.cli` with the interpreter running the tests (the venv's): the same code as the `acl` script.
 ACL = [sys.executable, "-m", "acl_lib.cli"]
+
+
+@pytest.fixture(autouse=True)
+def _acl_log_handlers_per_test():
+    """Each test starts with the ``acl`` logger's handlers as they were before it: the console handler that
+    ``ensure_console_logging`` adds holds the ``sys.stderr`` of the test that added it, which pytest closes
+    afterwards; left in place, every later message would fail on it with a "Logging error" (written into the
+    run log a later test reads)."""
+    acl = logging.getLogger("acl")
+    before = list(acl.handlers)
+    yield
+    for h in acl.handlers[:]:
+        if h not in before:
+            acl.removeHandler(h)
 
 
 def child_env() -> dict[str, str]:
