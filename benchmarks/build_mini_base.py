@@ -4,7 +4,7 @@
                                                                 # the shipped base's exact command is in its card)
     python benchmarks/build_mini_base.py --no-ship  # build and score only
     python benchmarks/build_mini_base.py --reuse-warmup DIR   # phase 1 taken from an earlier build
-    python benchmarks/build_mini_base.py --reuse-phases RUN   # phases 1-2 taken from an earlier build
+    python benchmarks/build_mini_base.py --reuse-phases RUN   # phases 1-2 (or 1-3) taken from an earlier build
     python benchmarks/build_mini_base.py --from-base DIR      # phases 1-3 are a base built by this recipe
 
 Runs notebook 00's step with ``pretrain.source=pretrain`` for the mini profile, seed 0, into
@@ -18,9 +18,11 @@ checking the weights' sha256 against the card.
 build (its ``checkpoints/copy_warmup``) instead of recomputing it. It is refused unless the earlier warm-up's
 tokenizer is byte-identical to this build's; the card records that it was reused.
 
-``--reuse-phases RUN``: the same for phases 1 and 2 together, when only phase 3 (``pretrain.midtrain_*``) changed.
-``RUN`` is the earlier build's run directory (``.../mini/seed0/base``); it is refused unless its recorded config
-equals this build's in everything but the ``midtrain_*`` settings and its tokenizer is byte-identical.
+``--reuse-phases RUN``: the same for phases 1 and 2 together, when only phase 3 (``pretrain.midtrain_*``) or phase 4
+(``pretrain.cooldown_*``) changed, and for phase 3 as well when only phase 4 changed (a cool-down tried on an
+earlier build's mid-training). ``RUN`` is the earlier build's run directory (``.../mini/seed0/base``); it is
+refused unless its recorded config equals this build's in everything but the ``midtrain_*`` and ``cooldown_*``
+settings and its tokenizer is byte-identical.
 
 ``--from-base DIR``: only phase 4 (the cool-down, ``pretrain.cooldown_*``) runs, from the base in ``DIR`` (a shipped
 base directory: weights and ``card.json``). It is refused unless the card's recipe hash equals this recipe's with
@@ -65,11 +67,12 @@ def machine() -> str:
     return f"{os.cpu_count()} CPU cores ({cpu})"
 
 
-def _start_from(flag: str, copies: dict, check=None) -> None:
+def _start_from(flag: str, copies: dict, check=None, more=None) -> None:
     """Make ``train_pretrain`` start from finished phases of an earlier build: ``copies`` maps each phase's
     directory there to its place under this build (``pretrain.WARMUP_DIR``...), copied before training (marked
-    ``REUSED_FROM``) so that ``train_pretrain`` finds them finished. Refused (``SystemExit`` naming ``flag``) unless
-    the earlier build's tokenizer is byte-identical to this build's and ``check(cfg)`` (a reason or None) passes."""
+    ``REUSED_FROM``) so that ``train_pretrain`` finds them finished; ``more(cfg)`` adds copies decided by this
+    build's config. Refused (``SystemExit`` naming ``flag``) unless the earlier build's tokenizer is byte-identical
+    to this build's and ``check(cfg)`` (a reason or None) passes."""
     import shutil
 
     from acl_lib.train import pretrain
@@ -85,10 +88,11 @@ def _start_from(flag: str, copies: dict, check=None) -> None:
         if why:
             raise SystemExit(f"{flag}: {why}; refused")
         ours = (Path(model_dir) / "tokenizer.json").read_bytes()
-        other = [str(d) for d in copies if (d / "model" / "tokenizer.json").read_bytes() != ours]
+        taken = {**copies, **(more(cfg) if more else {})}
+        other = [str(d) for d in taken if (d / "model" / "tokenizer.json").read_bytes() != ours]
         if other:
             raise SystemExit(f"{flag}: {', '.join(other)} built with another tokenizer (another corpus); refused")
-        for src_dir, rel in copies.items():
+        for src_dir, rel in taken.items():
             dest = Path(out_dir) / rel
             if not (dest / "model").exists():
                 shutil.copytree(src_dir, dest, dirs_exist_ok=True)
@@ -105,17 +109,24 @@ def reuse_warmup(src: str) -> None:
     _start_from("--reuse-warmup", {Path(src): pretrain.WARMUP_DIR})
 
 
-def _phase12_settings(tree: dict) -> dict:
-    """The recipe sections with phase 3's settings (and where the result goes) taken out."""
+def _settings_before(tree: dict, prefixes: tuple[str, ...]) -> dict:
+    """The recipe sections with the settings of the later phases (``pretrain`` keys starting with one of
+    ``prefixes``) and where the result goes taken out."""
     tree = {k: dict(tree[k]) for k in RECIPE_SECTIONS}
     tree["pretrain"] = {k: v for k, v in tree["pretrain"].items()
-                        if not k.startswith("midtrain_") and k not in ("source", "shipped_dir")}
+                        if not k.startswith(prefixes) and k not in ("source", "shipped_dir")}
     return tree
+
+
+def _diff(ours: dict, theirs: dict) -> list[str]:
+    return sorted(f"{sec}.{k}" for sec in ours for k in set(ours[sec]) | set(theirs.get(sec, {}))
+                  if ours[sec].get(k) != theirs.get(sec, {}).get(k))
 
 
 def reuse_phases(src: str) -> None:
     """Make ``train_pretrain`` start phase 3 from the finished phases 1-2 of the build in ``src`` (checked: same
-    settings but for phase 3, same tokenizer)."""
+    settings but for phases 3-4, same tokenizer), or phase 4 from its finished phases 1-3 when phase 3's settings
+    are this build's too."""
     import yaml
 
     from acl_lib.train import pretrain
@@ -123,15 +134,22 @@ def reuse_phases(src: str) -> None:
     src_dir = Path(src)
     if not (src_dir / "config.yaml").is_file():
         raise SystemExit(f"--reuse-phases: {src_dir} has no finished phases 1-2 (missing its config.yaml)")
-    theirs = _phase12_settings(yaml.safe_load((src_dir / "config.yaml").read_text()))
+    tree = yaml.safe_load((src_dir / "config.yaml").read_text())
+    later = ("midtrain_", "cooldown_")
 
     def check(cfg) -> str | None:
-        ours = _phase12_settings(cfg.to_dict())
-        diff = sorted(f"{sec}.{k}" for sec in ours for k in set(ours[sec]) | set(theirs.get(sec, {}))
-                      if ours[sec].get(k) != theirs.get(sec, {}).get(k))
+        diff = _diff(_settings_before(cfg.to_dict(), later), _settings_before(tree, later))
         return f"{src_dir} was built with other phase 1-2 settings ({diff})" if diff else None
 
-    _start_from("--reuse-phases", {src_dir / d: d for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR)}, check)
+    def phase_3(cfg) -> dict:
+        """Phase 3 too, when it is finished there and only the cool-down's settings differ."""
+        mid = src_dir / pretrain.MIDTRAIN_DIR
+        same = not _diff(_settings_before(cfg.to_dict(), ("cooldown_",)), _settings_before(tree, ("cooldown_",)))
+        finished = (mid / "model" / "model.safetensors").is_file() and (mid / "train_summary.json").is_file()
+        return {mid: pretrain.MIDTRAIN_DIR} if same and finished else {}
+
+    _start_from("--reuse-phases", {src_dir / d: d for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR)}, check,
+                more=phase_3)
 
 
 def phases_1_3(cfg):
@@ -277,8 +295,11 @@ def main(argv: list[str] | None = None) -> None:
     tokens = (summary["tokens_seen"] + warm.get("tokens_seen", 0) + (mid["tokens_seen"] if mid else 0)
               + (cool["tokens_seen"] if cool else 0))
     complete = json.loads((run.path / "COMPLETE.json").read_text())
+    from acl_lib.train.pretrain import MIDTRAIN_DIR
+
+    phase_3_reused = (run.path / MIDTRAIN_DIR / "REUSED_FROM").is_file()
     reused_s = (warm.get("wall_s", 0.0) if args.reuse_warmup or args.reuse_phases else 0.0) + \
-        (summary["wall_s"] if args.reuse_phases else 0.0)
+        (summary["wall_s"] if args.reuse_phases else 0.0) + (mid["wall_s"] if phase_3_reused else 0.0)
     card = {
         "command": command(args),
         "recipe_config_hash": recipe_hash(cfg),
@@ -299,7 +320,9 @@ def main(argv: list[str] | None = None) -> None:
         "copy_warmup_reused_from": ("an earlier build of this recipe, stopped in its phase 2 (the phase-2 "
                                     "settings changed)") if args.reuse_warmup else None,
         "phases_1_2_reused_from": ("an earlier build of this recipe with other phase-3 (mid-training) settings"
-                                   if args.reuse_phases else None),
+                                   if args.reuse_phases and not phase_3_reused else None),
+        "phases_1_3_reused_from": ("an earlier build of this recipe with other phase-4 (cool-down) settings"
+                                   if phase_3_reused else None),
         "context_copy": gain,
         "copy_gain_during_training": [
             {"phase": r["phase"], "step": r["step"], "copy_gain": r["copy_gain"]}

@@ -21,11 +21,13 @@ def builder():
 
 
 def earlier_build(tmp_path: Path, cfg) -> Path:
+    """A finished build's run directory: phases 1-3 (each a model and, for phase 3, its summary) and its config."""
     src = tmp_path / "earlier" / "base"
-    for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR):
+    for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR, pretrain.MIDTRAIN_DIR):
         (src / d / "model").mkdir(parents=True)
         (src / d / "model" / "model.safetensors").write_bytes(b"weights of " + d.encode())
         (src / d / "model" / "tokenizer.json").write_text('{"tok": 1}')
+    (src / pretrain.MIDTRAIN_DIR / "train_summary.json").write_text('{"wall_s": 1.0}')
     (src / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
     return src
 
@@ -48,6 +50,19 @@ def test_phases_1_2_are_reused_when_only_phase_3_changed(wrapped, tmp_path):
     pretrain.train_pretrain(load_config("mini", ["pretrain.midtrain_steps=1000"], seed=0), model_dir, [], out)
     assert calls == [out]
     for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR):
+        assert (out / d / "model" / "model.safetensors").read_bytes() == b"weights of " + d.encode()
+        assert (out / d / "REUSED_FROM").is_file()
+    assert not (out / pretrain.MIDTRAIN_DIR).exists()  # other phase-3 settings: phase 3 is trained again
+
+
+def test_phases_1_3_are_reused_when_only_the_cool_down_changed(wrapped, tmp_path):
+    calls, model_dir = wrapped
+    src = earlier_build(tmp_path, load_config("mini", ["pretrain.cooldown_lr=0.0002"], seed=0))
+    builder().reuse_phases(str(src))
+    out = tmp_path / "new"
+    pretrain.train_pretrain(load_config("mini", ["pretrain.cooldown_lr=0.00005"], seed=0), model_dir, [], out)
+    assert calls == [out]
+    for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR, pretrain.MIDTRAIN_DIR):
         assert (out / d / "model" / "model.safetensors").read_bytes() == b"weights of " + d.encode()
         assert (out / d / "REUSED_FROM").is_file()
 

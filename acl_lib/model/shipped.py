@@ -152,6 +152,9 @@ def render_card(card: dict) -> str:
         *([f"- Phases 1 and 2 were taken from an earlier build with the same phase 1-2 settings and a "
            f"byte-identical tokenizer (`--reuse-phases`; {card['phases_1_2_reused_from']}); the wall time counts "
            "their time where they ran."] if card.get("phases_1_2_reused_from") else []),
+        *([f"- Phases 1-3 were taken from an earlier build with the same phase 1-3 settings and a byte-identical "
+           f"tokenizer (`--reuse-phases`; {card['phases_1_3_reused_from']}); the wall time counts their time where "
+           "they ran."] if card.get("phases_1_3_reused_from") else []),
         *([f"- Phases 1-3 were taken from {card['phases_1_3_from']} (`--from-base`: the same recipe of phases 1-3, "
            "weights checked against its card); the wall time counts their time where they ran."]
           if card.get("phases_1_3_from") else []),
