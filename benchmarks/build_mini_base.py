@@ -300,6 +300,10 @@ def main(argv: list[str] | None = None) -> None:
     phase_3_reused = (run.path / MIDTRAIN_DIR / "REUSED_FROM").is_file()
     reused_s = (warm.get("wall_s", 0.0) if args.reuse_warmup or args.reuse_phases else 0.0) + \
         (summary["wall_s"] if args.reuse_phases else 0.0) + (mid["wall_s"] if phase_3_reused else 0.0)
+    # each phase's own time, recorded where it ran: a build resumed after an interruption has a run duration of its
+    # last attempt only, and then this sum is the better measure
+    phases_s = warm.get("wall_s", 0.0) + summary["wall_s"] + (mid["wall_s"] if mid else 0.0) + \
+        (cool["wall_s"] if cool else 0.0)
     card = {
         "command": command(args),
         "recipe_config_hash": recipe_hash(cfg),
@@ -310,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         "corpus_tokens": info["corpus_tokens"],
         "tokens_seen": tokens,
         # reused phases were not spent by this run: add what they took where they ran
-        "wall_s": round(complete["duration_s"] + reused_s, 1),
+        "wall_s": round(max(complete["duration_s"] + reused_s, phases_s), 1),
         "wall_s_copy_warmup": round(warm.get("wall_s", 0.0), 1),
         "wall_s_corpus": round(summary["wall_s"], 1),
         "midtrain": mid,
