@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--length", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+    ap.add_argument("--set", dest="overrides", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
                     help="config override, e.g. model.num_hidden_layers=2 (another architecture)")
     args = ap.parse_args(argv)
 

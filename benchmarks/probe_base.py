@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profile", default="mini")
     ap.add_argument("--benchmarks", default="aime26,nq,ifeval")
     ap.add_argument("--whole-names", action="store_true")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--set", dest="overrides", nargs="*", action="extend", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
 
     import torch

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("model_dir")
     ap.add_argument("--profile", default="mini")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--set", dest="overrides", nargs="*", action="extend", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
 
     from acl_lib.config import load_config
