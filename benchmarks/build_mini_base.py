@@ -275,6 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     from acl_lib.config import load_config
     from acl_lib.model import base_run
     from acl_lib.pipeline import build_base
+    from acl_lib.train import pretrain
     from acl_lib.train.common import read_log
 
     cfg = load_config("mini", [*args.overrides, f"output_dir={args.output_dir}", "pretrain.source=pretrain"], seed=0)
@@ -295,15 +296,14 @@ def main(argv: list[str] | None = None) -> None:
     tokens = (summary["tokens_seen"] + warm.get("tokens_seen", 0) + (mid["tokens_seen"] if mid else 0)
               + (cool["tokens_seen"] if cool else 0))
     complete = json.loads((run.path / "COMPLETE.json").read_text())
-    from acl_lib.train.pretrain import MIDTRAIN_DIR
-
-    phase_3_reused = (run.path / MIDTRAIN_DIR / "REUSED_FROM").is_file()
-    reused_s = (warm.get("wall_s", 0.0) if args.reuse_warmup or args.reuse_phases else 0.0) + \
-        (summary["wall_s"] if args.reuse_phases else 0.0) + (mid["wall_s"] if phase_3_reused else 0.0)
-    # each phase's own time, recorded where it ran: a build resumed after an interruption has a run duration of its
-    # last attempt only, and then this sum is the better measure
-    phases_s = warm.get("wall_s", 0.0) + summary["wall_s"] + (mid["wall_s"] if mid else 0.0) + \
-        (cool["wall_s"] if cool else 0.0)
+    # each phase's own time, recorded where it ran; a phase copied from an earlier build (--reuse-*) is marked
+    # REUSED_FROM and was not spent by this run
+    phase_s = {pretrain.WARMUP_DIR: warm.get("wall_s", 0.0), pretrain.CORPUS_DIR: summary["wall_s"],
+               pretrain.MIDTRAIN_DIR: mid["wall_s"] if mid else 0.0,
+               pretrain.COOLDOWN_DIR: cool["wall_s"] if cool else 0.0}
+    reused = {d for d in phase_s if (run.path / d / "REUSED_FROM").is_file()}
+    phase_3_reused = pretrain.MIDTRAIN_DIR in reused
+    reused_s = sum(phase_s[d] for d in reused)
     card = {
         "command": command(args),
         "recipe_config_hash": recipe_hash(cfg),
@@ -313,8 +313,9 @@ def main(argv: list[str] | None = None) -> None:
         "vocab_size": info["vocab_size"],
         "corpus_tokens": info["corpus_tokens"],
         "tokens_seen": tokens,
-        # reused phases were not spent by this run: add what they took where they ran
-        "wall_s": round(max(complete["duration_s"] + reused_s, phases_s), 1),
+        # reused phases count where they ran; a build resumed after an interruption has a run duration of its
+        # last attempt only, and then the phases' sum is the better measure
+        "wall_s": round(max(complete["duration_s"] + reused_s, sum(phase_s.values())), 1),
         "wall_s_copy_warmup": round(warm.get("wall_s", 0.0), 1),
         "wall_s_corpus": round(summary["wall_s"], 1),
         "midtrain": mid,

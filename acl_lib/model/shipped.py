@@ -149,12 +149,10 @@ def render_card(card: dict) -> str:
         *([f"- Phase 1 was taken from an earlier build with the same phase-1 settings and a byte-identical "
            f"tokenizer (`--reuse-warmup`; {card['copy_warmup_reused_from']})."] if card.get("copy_warmup_reused_from")
           else []),
-        *([f"- Phases 1 and 2 were taken from an earlier build with the same phase 1-2 settings and a "
-           f"byte-identical tokenizer (`--reuse-phases`; {card['phases_1_2_reused_from']}); the wall time counts "
-           "their time where they ran."] if card.get("phases_1_2_reused_from") else []),
-        *([f"- Phases 1-3 were taken from an earlier build with the same phase 1-3 settings and a byte-identical "
-           f"tokenizer (`--reuse-phases`; {card['phases_1_3_reused_from']}); the wall time counts their time where "
-           "they ran."] if card.get("phases_1_3_reused_from") else []),
+        *(f"- {which} were taken from an earlier build with the same phase {span} settings and a byte-identical "
+          f"tokenizer (`--reuse-phases`; {card[key]}); the wall time counts their time where they ran."
+          for key, which, span in (("phases_1_2_reused_from", "Phases 1 and 2", "1-2"),
+                                   ("phases_1_3_reused_from", "Phases 1-3", "1-3")) if card.get(key)),
         *([f"- Phases 1-3 were taken from {card['phases_1_3_from']} (`--from-base`: the same recipe of phases 1-3, "
            "weights checked against its card); the wall time counts their time where they ran."]
           if card.get("phases_1_3_from") else []),
