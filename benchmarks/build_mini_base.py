@@ -77,10 +77,9 @@ def _start_from(flag: str, copies: dict, check=None, more=None) -> None:
 
     from acl_lib.train import pretrain
 
-    missing = [str(d / "model" / "model.safetensors") for d in copies
-               if not (d / "model" / "model.safetensors").is_file()]
+    missing = [str(d) for d in copies if pretrain.finished_phase(d) is None]
     if missing:
-        raise SystemExit(f"{flag}: no finished phase model at {', '.join(missing)}")
+        raise SystemExit(f"{flag}: no finished phase (its model/ and train_summary.json) at {', '.join(missing)}")
     original = pretrain.train_pretrain
 
     def train_pretrain(cfg, model_dir, corpus, out_dir):
@@ -145,8 +144,7 @@ def reuse_phases(src: str) -> None:
         """Phase 3 too, when it is finished there and only the cool-down's settings differ."""
         mid = src_dir / pretrain.MIDTRAIN_DIR
         same = not _diff(_settings_before(cfg.to_dict(), ("cooldown_",)), _settings_before(tree, ("cooldown_",)))
-        finished = (mid / "model" / "model.safetensors").is_file() and (mid / "train_summary.json").is_file()
-        return {mid: pretrain.MIDTRAIN_DIR} if same and finished else {}
+        return {mid: pretrain.MIDTRAIN_DIR} if same and pretrain.finished_phase(mid) is not None else {}
 
     _start_from("--reuse-phases", {src_dir / d: d for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR)}, check,
                 more=phase_3)

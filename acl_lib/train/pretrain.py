@@ -51,6 +51,17 @@ MIDTRAIN_DIR = "checkpoints/midtrain"
 COOLDOWN_DIR = "checkpoints/cooldown"
 
 
+def finished_phase(phase_dir: str | Path) -> dict | None:
+    """The summary of the phase written into ``phase_dir`` when it is finished (its ``model/``, written atomically,
+    and its ``train_summary.json`` both there), else None. A finished phase is not redone after a restart, and
+    ``benchmarks/build_mini_base.py --reuse-phases`` takes only finished ones."""
+    phase_dir = Path(phase_dir)
+    summary_file = phase_dir / common.TRAIN_SUMMARY
+    if (phase_dir / "model").is_dir() and summary_file.is_file():
+        return json.loads(summary_file.read_text())
+    return None
+
+
 def read_corpus(corpus: list[str] | str | Path) -> list[str]:
     """Documents from a list, or from a ``.jsonl`` file with a ``text`` field per line."""
     if isinstance(corpus, (str, Path)):
@@ -152,22 +163,20 @@ def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, o
     start = Path(model_dir)
     if p.copy_warmup_steps > 0:
         warm_dir = out_dir / WARMUP_DIR
-        if not (warm_dir / "model").exists():  # finished before a restart: not redone
+        warm_summary = finished_phase(warm_dir)  # finished before a restart: not redone
+        if warm_summary is None:
             model, _ = common.load_model_and_tokenizer(model_dir, cfg)
             blocks = induction_blocks(p.copy_warmup_steps * p.copy_warmup_batch, p.copy_warmup_seq_len,
                                       copy_token_ids(tok), seed=cfg.seed)
-            _train(cfg, model, tok, blocks, warm_dir, max_steps=p.copy_warmup_steps, batch_size=p.copy_warmup_batch,
-                   lr=p.copy_warmup_lr, warmup=0, scheduler="constant", phase="copy_warmup",
-                   seq_len=p.copy_warmup_seq_len)
-        warm_summary = json.loads((warm_dir / common.TRAIN_SUMMARY).read_text())
+            _, warm_summary = _train(cfg, model, tok, blocks, warm_dir, max_steps=p.copy_warmup_steps,
+                                     batch_size=p.copy_warmup_batch, lr=p.copy_warmup_lr, warmup=0,
+                                     scheduler="constant", phase="copy_warmup", seq_len=p.copy_warmup_seq_len)
         start = warm_dir / "model"
     mid = midtrain.enabled(cfg)
     # With a phase 3 the corpus phase is an intermediate: it lives under checkpoints/ (kept across restarts).
     corpus_dir = out_dir / CORPUS_DIR if mid else out_dir
-    corpus_summary_file = corpus_dir / common.TRAIN_SUMMARY
-    if mid and (corpus_dir / "model").exists() and corpus_summary_file.is_file():  # finished before a restart
-        summary = json.loads(corpus_summary_file.read_text())
-    else:
+    summary = finished_phase(corpus_dir) if mid else None  # finished before a restart
+    if summary is None:
         model, _ = common.load_model_and_tokenizer(start, cfg)
         blocks, echo = corpus_blocks(cfg, texts, tok, echo_seed=cfg.seed + 1, shuffle_seed=cfg.seed)
         _, summary = _train(cfg, model, tok, blocks, corpus_dir, max_steps=p.max_steps, batch_size=p.batch_size,
@@ -204,12 +213,8 @@ def corpus_blocks(cfg, texts: list[str], tok, *, echo_seed: int, shuffle_seed: i
 def finish_midtrain(cfg, corpus_model: str | Path, out_dir: str | Path) -> dict:
     """Phase 3 from the corpus phase's model into ``<out_dir>/checkpoints/midtrain``; returns its summary (a finished
     phase 3 is not redone). ``train_pretrain`` then copies the last phase's model to ``<out_dir>/model``."""
-    out_dir = Path(out_dir)
-    mid_dir = out_dir / MIDTRAIN_DIR
-    summary_file = mid_dir / common.TRAIN_SUMMARY
-    if (mid_dir / "model").exists() and summary_file.is_file():
-        return json.loads(summary_file.read_text())
-    return midtrain.train_midtrain(cfg, corpus_model, mid_dir)
+    mid_dir = Path(out_dir) / MIDTRAIN_DIR
+    return finished_phase(mid_dir) or midtrain.train_midtrain(cfg, corpus_model, mid_dir)
 
 
 def cooldown_corpus(cfg) -> list[str]:
@@ -229,9 +234,8 @@ def finish_cooldown(cfg, start_model: str | Path, out_dir: str | Path) -> dict:
     ``pretrain.cooldown_lr``; returns its summary (a finished phase 4 is not redone)."""
     p = cfg.pretrain
     cool_dir = Path(out_dir) / COOLDOWN_DIR
-    summary_file = cool_dir / common.TRAIN_SUMMARY
-    if (cool_dir / "model").exists() and summary_file.is_file():
-        return json.loads(summary_file.read_text())
+    if (done := finished_phase(cool_dir)) is not None:
+        return done
     texts = cooldown_corpus(cfg)
     model, tok = common.load_model_and_tokenizer(start_model, cfg)
     blocks, _ = corpus_blocks(cfg, texts, tok, echo_seed=cfg.seed + 2, shuffle_seed=cfg.seed + 3)
