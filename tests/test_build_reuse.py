@@ -21,13 +21,13 @@ def builder():
 
 
 def earlier_build(tmp_path: Path, cfg) -> Path:
-    """A finished build's run directory: phases 1-3 (each a model and, for phase 3, its summary) and its config."""
+    """A finished build's run directory: phases 1-3 (each a model and its summary) and its config."""
     src = tmp_path / "earlier" / "base"
     for d in (pretrain.WARMUP_DIR, pretrain.CORPUS_DIR, pretrain.MIDTRAIN_DIR):
         (src / d / "model").mkdir(parents=True)
         (src / d / "model" / "model.safetensors").write_bytes(b"weights of " + d.encode())
         (src / d / "model" / "tokenizer.json").write_text('{"tok": 1}')
-    (src / pretrain.MIDTRAIN_DIR / "train_summary.json").write_text('{"wall_s": 1.0}')
+        (src / d / "train_summary.json").write_text('{"wall_s": 1.0}')
     (src / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
     return src
 
@@ -91,6 +91,17 @@ def test_another_tokenizer_is_refused(wrapped, tmp_path):
 def test_an_unfinished_earlier_build_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="no finished phases 1-2"):
         builder().reuse_phases(str(tmp_path / "nothing"))
+
+
+def test_a_phase_without_its_summary_is_not_finished(tmp_path):
+    """A phase's model without its ``train_summary.json`` (stopped between the two writes) is neither skipped on
+    a restart nor taken by ``--reuse-phases``."""
+    src = earlier_build(tmp_path, load_config("mini", [], seed=0))
+    assert pretrain.finished_phase(src / pretrain.CORPUS_DIR) == {"wall_s": 1.0}
+    (src / pretrain.CORPUS_DIR / "train_summary.json").unlink()
+    assert pretrain.finished_phase(src / pretrain.CORPUS_DIR) is None
+    with pytest.raises(SystemExit, match=f"no finished phase .* at {src / pretrain.CORPUS_DIR}"):
+        builder().reuse_phases(str(src))
 
 
 def test_every_set_flag_counts():
