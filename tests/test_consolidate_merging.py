@@ -314,3 +314,21 @@ def test_sliced_ties_keeps_exactly_peft_s_count_when_magnitudes_tie():
         got = merge_tensor(base, [task], [1.0], "ties", density, block=64)
         assert int((got != 0).sum()) == int(density * 1000)
         assert int((got.abs() == 1).sum()) == min(500, int(density * 1000))
+
+
+def test_a_notebooks_comparison_holds_only_the_runs_it_names(smoke_cfg):
+    """Notebooks 08-10 run side by side under ``acl run --jobs``: each one's table takes ``seq_final``, its own runs
+    and the oracles, never a consolidation that another of them happened to score first; notebook 11 names them
+    all (``mle.scored_consolidations``)."""
+    from acl_lib.consolidate import mle
+
+    final = pipeline.sequential_run(smoke_cfg, len(smoke_cfg.pipeline.curriculum)).name
+    for name in (final, "merge_uniform", "mmopd", "sdft", "oracle_math", "merge_ties_unscored"):
+        (smoke_cfg.seed_dir() / name / "eval").mkdir(parents=True)
+        if not name.endswith("unscored"):
+            (smoke_cfg.seed_dir() / name / "eval" / "metrics.json").write_text(json.dumps({"scores": {"nq": 1.0}}))
+    assert sorted(figures.comparison_scores(smoke_cfg, ["merge_uniform"])) == ["merge_uniform", "oracle_math",
+                                                                            "seq_final"]
+    assert mle.scored_consolidations(smoke_cfg) == ["mmopd", "sdft", "merge_uniform"]
+    assert sorted(figures.comparison_scores(smoke_cfg, mle.scored_consolidations(smoke_cfg))) == [
+        "merge_uniform", "mmopd", "oracle_math", "sdft", "seq_final"]

@@ -143,5 +143,7 @@ def experts_frame(cfg, spec: MLESpec):
 
 
 def scored_consolidations(cfg) -> list[str]:
-    """The merges (notebook 10) that have a whole-suite evaluation in this seed's store."""
-    return sorted(p.name for p in cfg.seed_dir().glob("merge_*") if (p / "eval" / "metrics.json").is_file())
+    """MMOPD and SDFT (notebooks 08, 09), then the merges (notebook 10), each that has a whole-suite evaluation in
+    this seed's store."""
+    scored = [cfg.seed_dir() / n for n in ("mmopd", "sdft")] + sorted(cfg.seed_dir().glob("merge_*"))
+    return [p.name for p in scored if (p / "eval" / "metrics.json").is_file()]
