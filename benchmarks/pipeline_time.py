@@ -1,11 +1,13 @@
-"""Wall time of the pipeline notebooks, per notebook, from a clean output dir (the issue's budgets).
+"""Wall time of the pipeline notebooks, per notebook and seed, from an empty store (the issue's budgets).
 
-    python benchmarks/pipeline_time.py --profile smoke            # budget: 3 minutes
-    python benchmarks/pipeline_time.py --profile mini             # budgets: 30 min for 00-05, 60 for 00-12
+    python benchmarks/pipeline_time.py --profile smoke                          # budget: 3 minutes (00-05)
+    python benchmarks/pipeline_time.py --profile mini                           # budget: 60 min for one seed, 00-12
+    python benchmarks/pipeline_time.py --profile mini --seeds 0 1 2 --keep DIR  # budget: 3 h, make run SEEDS="0 1 2"
 
-It runs ``acl run --profile P --seeds 0`` into a fresh temporary outputs/papermill dir (or ``--keep DIR``),
-then reads each executed notebook's papermill duration and each run's metrics.json, and prints a
-markdown table. Budgets are measured here, never asserted in tests.
+It runs what ``make run`` runs (``acl run --profile P --seeds ... --jobs 2``: two notebooks at a time) into a
+fresh temporary outputs/papermill dir (or ``--keep DIR``, which must not hold runs yet: the budgets are from an
+empty store), then reads each executed notebook's papermill duration and each run's metrics.json, prints markdown
+tables and writes them with the total to ``<DIR>/timing.json``. Budgets are measured here, never asserted in tests.
 """
 
 from __future__ import annotations
@@ -18,13 +20,21 @@ import tempfile
 import time
 from pathlib import Path
 
-BUDGET_S = {"smoke": 180, "mini": 30 * 60}  # notebooks 00-05 (base .. oracles)
-BUDGET_ALL_S = {"mini": 60 * 60}  # the whole one-seed acl run, 00-12
+BUDGET_S = {"smoke": 180, "mini": 30 * 60}  # notebooks 00-05 (base .. oracles) of one seed
+BUDGET_ALL_S = {("mini", 1): 60 * 60, ("mini", 3): 3 * 3600}  # the whole acl run, 00-12, for 1 or 3 seeds
+
+
+def _git_commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    return out.stdout.strip() or "unknown"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="smoke")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--jobs", type=int, default=2, help="notebooks at a time (make run's JOBS, default 2)")
     ap.add_argument("--only", nargs="*", default=None, help="notebook prefixes (default: all)")
     ap.add_argument("--keep", default=None, help="directory for outputs/ and papermill_runs/ (default: a tmp dir)")
     ap.add_argument("--set", nargs="*", action="extend", default=[], help="config overrides")
@@ -32,42 +42,65 @@ def main() -> int:
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix=f"acl-bench-{args.profile}-"))
     out, pm = root / "outputs", root / "papermill_runs"
-    cmd = [sys.executable, "-m", "acl_lib.cli", "run", "--profile", args.profile, "--seeds", "0",
+    if any(out.glob(f"{args.profile}/seed*/*/COMPLETE.json")):
+        ap.error(f"{out} already holds complete runs: the budgets are measured from an empty store")
+    cmd = [sys.executable, "-m", "acl_lib.cli", "run", "--profile", args.profile,
+           "--seeds", *map(str, args.seeds), "--jobs", str(args.jobs),
            "--output-dir", str(out), "--papermill-dir", str(pm)]
     if args.only:
         cmd += ["--only", *args.only]
     if args.set:
         cmd += ["--set", *args.set]
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
     t0 = time.perf_counter()
     rc = subprocess.call(cmd)
     total = time.perf_counter() - t0
 
-    rows = []
-    # the per-seed notebooks, then those that read every seed (12), whose copy sits beside the seed folders
-    for nb in [*sorted((pm / args.profile / "seed0").glob("*.ipynb")), *sorted((pm / args.profile).glob("*.ipynb"))]:
+    # per notebook and seed, papermill's duration; the across-seeds notebook (12) sits beside the seed folders
+    durations: dict[str, dict[str, float | None]] = {}
+    failed = []
+    for seed in args.seeds:
+        for nb in sorted((pm / args.profile / f"seed{seed}").glob("*.ipynb")):
+            meta = json.loads(nb.read_text()).get("metadata", {}).get("papermill", {})
+            durations.setdefault(nb.stem, {})[f"seed {seed}"] = meta.get("duration")
+            if meta.get("exception"):
+                failed.append(f"{nb.stem} (seed {seed})")
+    for nb in sorted((pm / args.profile).glob("*.ipynb")):
         meta = json.loads(nb.read_text()).get("metadata", {}).get("papermill", {})
-        rows.append((nb.name, meta.get("duration"), meta.get("exception")))
-    print("\n| notebook | seconds | status |\n|---|---:|---|")
-    for name, dur, exc in rows:
-        print(f"| {name} | {dur or 0:.1f} | {'failed' if exc else 'ok'} |")
-    first = sum(d or 0 for n, d, _ in rows if n[:2] <= "05")
+        durations.setdefault(nb.stem, {})["once"] = meta.get("duration")
+        if meta.get("exception"):
+            failed.append(nb.stem)
+    cols = [f"seed {s}" for s in args.seeds]
+    print("\n| notebook | " + " | ".join(f"{c} (min)" for c in cols) + " |\n|---|" + "---:|" * len(cols))
+    for name, by in durations.items():
+        if "once" in by:
+            print(f"| {name} (once, over the seeds) | {by['once'] / 60:.1f} |" + " |" * (len(cols) - 1))
+        else:
+            print(f"| {name} | " + " | ".join(f"{by[c] / 60:.1f}" if by.get(c) else "-" for c in cols) + " |")
+    first = sum(by.get(cols[0]) or 0 for n, by in durations.items() if n[:2] <= "05")
     budget = BUDGET_S.get(args.profile)
-    if budget:
-        print(f"| notebooks 00-05 | {first:.1f} = {first / 60:.1f} min | budget {budget / 60:.0f} min: "
+    if budget and len(args.seeds) == 1:
+        print(f"| notebooks 00-05 | {first / 60:.1f} min | budget {budget / 60:.0f} min: "
               f"{'within' if first <= budget else 'OVER'} |")
-    budget_all = BUDGET_ALL_S.get(args.profile)
-    within = f"budget {budget_all / 60:.0f} min: {'within' if total <= budget_all else 'OVER'}" if budget_all else ""
-    print(f"| **total (acl run)** | **{total:.1f}** = {total / 60:.1f} min | {within} |")
-    seed_dir = out / args.profile / "seed0"
+    budget_all = BUDGET_ALL_S.get((args.profile, len(args.seeds)))
+    within = (f"budget {budget_all / 60:.0f} min: {'within' if total <= budget_all and rc == 0 else 'OVER'}"
+              if budget_all else "")
+    print(f"\n**total (acl run, exit {rc})**: {total:.0f} s = {total / 60:.1f} min. {within}")
+    seed_dir = out / args.profile / f"seed{args.seeds[0]}"
     found = {p.parent.parent.name: json.loads(p.read_text())["scores"] for p in seed_dir.glob("*/eval/metrics.json")}
     order = ["base"] + [f"{kind}_{d}" for kind in ("seq", "oracle") for d in ("math", "search", "ecom", "if")]
     scores = {r: found[r] for r in sorted(found, key=lambda r: (order.index(r) if r in order else len(order), r))}
     if scores:
         benches = list(next(iter(scores.values())))
-        print("\n| run | " + " | ".join(benches) + " |\n|---|" + "---:|" * len(benches))
+        print(f"\nseed {args.seeds[0]}:\n| run | " + " | ".join(benches) + " |\n|---|" + "---:|" * len(benches))
         for run, s in scores.items():
             print(f"| {run} | " + " | ".join(f"{s.get(b, float('nan')):.1f}" for b in benches) + " |")
-    print(f"\noutputs in {root}")
+    summary = {"command": cmd, "commit": _git_commit(), "started": started, "total_s": round(total, 1),
+               "exit_status": rc, "budget_s": budget_all, "within_budget": bool(budget_all and total <= budget_all
+                                                                                 and rc == 0),
+               "failed": failed, "notebook_s": durations}
+    (root / "timing.json").write_text(json.dumps(summary, indent=1))
+    print(f"\noutputs in {root}; timing in {root / 'timing.json'}")
     return rc
 
 

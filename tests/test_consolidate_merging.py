@@ -318,10 +318,7 @@ def test_sliced_ties_keeps_exactly_peft_s_count_when_magnitudes_tie():
 
 def test_a_notebooks_comparison_holds_only_the_runs_it_names(smoke_cfg):
     """Notebooks 08-10 run side by side under ``acl run --jobs``: each one's table takes ``seq_final``, its own runs
-    and the oracles, never a consolidation that another of them happened to score first; notebook 11 names them
-    all (``mle.scored_consolidations``)."""
-    from acl_lib.consolidate import mle
-
+    and the oracles, never a consolidation that another of them happened to score first."""
     final = pipeline.sequential_run(smoke_cfg, len(smoke_cfg.pipeline.curriculum)).name
     for name in (final, "merge_uniform", "mmopd", "sdft", "oracle_math", "merge_ties_unscored"):
         (smoke_cfg.seed_dir() / name / "eval").mkdir(parents=True)
@@ -329,6 +326,5 @@ def test_a_notebooks_comparison_holds_only_the_runs_it_names(smoke_cfg):
             (smoke_cfg.seed_dir() / name / "eval" / "metrics.json").write_text(json.dumps({"scores": {"nq": 1.0}}))
     assert sorted(figures.comparison_scores(smoke_cfg, ["merge_uniform"])) == ["merge_uniform", "oracle_math",
                                                                             "seq_final"]
-    assert mle.scored_consolidations(smoke_cfg) == ["mmopd", "sdft", "merge_uniform"]
-    assert sorted(figures.comparison_scores(smoke_cfg, mle.scored_consolidations(smoke_cfg))) == [
-        "merge_uniform", "mmopd", "oracle_math", "sdft", "seq_final"]
+    assert sorted(figures.comparison_scores(smoke_cfg, ["mmopd", "sdft", "merge_ties_unscored"])) == [
+        "mmopd", "oracle_math", "sdft", "seq_final"]

@@ -14,14 +14,14 @@ from acl_lib.config import setting_text
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
 from acl_lib.views import load_scores, scores_frame
 
-OTHER_CONSOLIDATIONS = ("mmopd", "sdft")  # the distillations (notebooks 08, 09), beside the merges in notebook 11
+OTHER_CONSOLIDATIONS = ("mmopd", "sdft")  # the distillations (notebooks 08, 09)
 
 
 def comparison_scores(cfg, runs: Sequence[str], oracles: bool = True) -> dict[str, dict[str, float]]:
     """``{row: {benchmark: %}}``: ``seq_final``, each of ``runs`` and the oracles; rows whose evaluation is missing
     are left out. Only the runs named: under ``acl run --jobs`` notebooks 08-10 run side by side, so a table that
-    took whatever other consolidation was already scored would depend on the schedule (notebook 11, which runs
-    after them all, names every one: ``mle.scored_consolidations``)."""
+    took whatever other consolidation was already scored would depend on the schedule. Every consolidation is
+    beside every other in the final tables (notebook 12), which run after every seed's notebooks."""
     final = pipeline.sequential_run(cfg, len(cfg.pipeline.curriculum)).name
     names = [final, *runs]
     if oracles:
@@ -164,8 +164,8 @@ def merge_reading(scores: Mapping[str, Mapping[str, float]], merges: Sequence[st
                 f"**F8** (uniform merging is the weakest consolidator on the agentic domains, mean of "
                 f"{' and '.join(agentic)}): {verdict}; {', '.join(f'`{m}` {v:.1f}' for m, v in mean.items())}."
                 + ("" if any(c in scores for c in OTHER_CONSOLIDATIONS) else
-                   " Compared among the merges only: MMOPD and SDFT (notebooks 08, 09) are beside them in notebook "
-                   "11 and in the final tables (notebook 12).")
+                   " Compared among the merges only: MMOPD and SDFT (notebooks 08, 09) are beside them in the "
+                   "final tables (notebook 12).")
             )
     if validation is not None:
         ch = validation["chosen"]

@@ -214,7 +214,9 @@ def finish_midtrain(cfg, corpus_model: str | Path, out_dir: str | Path) -> dict:
     """Phase 3 from the corpus phase's model into ``<out_dir>/checkpoints/midtrain``; returns its summary (a finished
     phase 3 is not redone). ``train_pretrain`` then copies the last phase's model to ``<out_dir>/model``."""
     mid_dir = Path(out_dir) / MIDTRAIN_DIR
-    return finished_phase(mid_dir) or midtrain.train_midtrain(cfg, corpus_model, mid_dir)
+    if (done := finished_phase(mid_dir)) is not None:
+        return done
+    return midtrain.train_midtrain(cfg, corpus_model, mid_dir)
 
 
 def cooldown_corpus(cfg) -> list[str]:

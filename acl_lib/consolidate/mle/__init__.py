@@ -114,7 +114,6 @@ from acl_lib.consolidate.mle.tables import (
                                              measurements_frame,
                                              reading,
                                              router_accuracy_frame,
-                                             scored_consolidations,
                                              stress_frame,
                                              stress_routes_frame,
 )
@@ -143,5 +142,5 @@ __all__ = [
     "stress_scores",
     # tables
     "confusion_frame", "experts_frame", "measurements_frame", "reading", "router_accuracy_frame",
-    "scored_consolidations", "stress_frame", "stress_routes_frame",
+    "stress_frame", "stress_routes_frame",
 ]

@@ -140,10 +140,3 @@ def experts_frame(cfg, spec: MLESpec):
                      "grpo steps": i.get("grpo_steps", 0), "wall s": i["wall_s"],
                      "backbone bit-identical": i["backbone_unchanged_in_memory"] and i["backbone_files_unchanged"]})
     return pd.DataFrame(rows).set_index("domain")
-
-
-def scored_consolidations(cfg) -> list[str]:
-    """MMOPD and SDFT (notebooks 08, 09), then the merges (notebook 10), each that has a whole-suite evaluation in
-    this seed's store."""
-    scored = [cfg.seed_dir() / n for n in ("mmopd", "sdft")] + sorted(cfg.seed_dir().glob("merge_*"))
-    return [p.name for p in scored if (p / "eval" / "metrics.json").is_file()]
