@@ -329,15 +329,44 @@ def orders_markdown(cfg, orders: Sequence[Sequence[str]], overrides: Sequence[st
     return text + (f"\n\nNot scored yet: {', '.join(missing)}." if missing else "")
 
 
+TIMING_JSON = "timing.json"  # <output_dir>/<profile>/timing.json: benchmarks/pipeline_time.py's measurement
+
+
+def wall_time_markdown(cfg, seeds: Sequence[int]) -> str:
+    """A paragraph on the wall time of the whole ``acl run`` that made this store, from its
+    ``<output_dir>/<profile>/timing.json`` (``benchmarks/pipeline_time.py``, which times a run from an empty store),
+    where that file exists and covers exactly ``seeds``; else ``""``."""
+    import json
+
+    path = cfg.seed_dir().parent / TIMING_JSON
+    if not path.is_file():
+        return ""
+    t = json.loads(path.read_text())
+    if list(t.get("seeds", [])) != list(seeds):
+        return ""
+    total = t["total_s"] / 60
+    hours = f"{int(total // 60)} h {round(total % 60):02d} min" if total >= 60 else f"{total:.1f} min"
+    status = "" if t.get("exit_status") == 0 else f", exit status {t.get('exit_status')}"
+    budget = f" (the budget: {t['budget_s'] / 3600:g} h)" if t.get("budget_s") and t["budget_s"] >= 3600 else (
+        f" (the budget: {t['budget_s'] / 60:g} min)" if t.get("budget_s") else "")
+    return (f"Wall time of the whole run, notebooks 00-12 of seeds {', '.join(map(str, seeds))} from an empty store "
+            f"(`acl run --jobs {t.get('jobs', '?')}`, what `make run` runs; `benchmarks/pipeline_time.py`, code "
+            f"{t.get('commit', '?')}, started {t.get('started', '?')}{status}): **{hours}**{budget}.")
+
+
 def results_markdown(cfg, seeds: Sequence[int] = (), orders: Sequence[Sequence[str]] = (),
                      overrides: Sequence[str] = ()) -> str:
     """The README's results section: :func:`one_seed_markdown` for the seed of ``cfg``, then, with ``seeds``, the
-    final tables over those seeds (:func:`seeds_markdown`) and, with ``orders``, the curriculum-orders study
+    final tables over those seeds (:func:`seeds_markdown`) and the wall time of the run that made them
+    (:func:`wall_time_markdown`, where measured) and, with ``orders``, the curriculum-orders study
     (:func:`orders_markdown`)."""
     body = one_seed_markdown(cfg)
     if seeds:
         body += (f"\n\n### Over seeds {', '.join(map(str, seeds))} (notebook 12)\n\n"
                  + seeds_markdown(cfg, seeds, overrides))
+        wall = wall_time_markdown(cfg, seeds)
+        if wall:
+            body += "\n\n" + wall
     if orders:
         body += (f"\n\n### Curriculum orders (notebook 13, seed {cfg.seed})\n\n"
                  + orders_markdown(cfg, orders, overrides))

@@ -1,4 +1,4 @@
-"""Wall time of the pipeline notebooks, per notebook and seed, from an empty store (the issue's budgets).
+"""Wall time of the pipeline notebooks, per notebook and seed, from an empty store (the mini budgets).
 
     python benchmarks/pipeline_time.py --profile smoke                          # budget: 3 minutes (00-05)
     python benchmarks/pipeline_time.py --profile mini                           # budget: 60 min for one seed, 00-12
@@ -7,7 +7,9 @@
 It runs what ``make run`` runs (``acl run --profile P --seeds ... --jobs 2``: two notebooks at a time) into a
 fresh temporary outputs/papermill dir (or ``--keep DIR``, which must not hold runs yet: the budgets are from an
 empty store), then reads each executed notebook's papermill duration and each run's metrics.json, prints markdown
-tables and writes them with the total to ``<DIR>/timing.json``. Budgets are measured here, never asserted in tests.
+tables and writes them with the total to ``<DIR>/outputs/<profile>/timing.json``, where
+``tools/readme_results.py`` puts it under the README's tables over the seeds. Budgets are measured here, never
+asserted in tests.
 """
 
 from __future__ import annotations
@@ -95,12 +97,16 @@ def main() -> int:
         print(f"\nseed {args.seeds[0]}:\n| run | " + " | ".join(benches) + " |\n|---|" + "---:|" * len(benches))
         for run, s in scores.items():
             print(f"| {run} | " + " | ".join(f"{s.get(b, float('nan')):.1f}" for b in benches) + " |")
-    summary = {"command": cmd, "commit": _git_commit(), "started": started, "total_s": round(total, 1),
+    summary = {"command": cmd, "seeds": list(args.seeds), "jobs": args.jobs, "commit": _git_commit(),
+               "started": started, "total_s": round(total, 1),
                "exit_status": rc, "budget_s": budget_all, "within_budget": bool(budget_all and total <= budget_all
                                                                                  and rc == 0),
                "failed": failed, "notebook_s": durations}
-    (root / "timing.json").write_text(json.dumps(summary, indent=1))
-    print(f"\noutputs in {root}; timing in {root / 'timing.json'}")
+    # beside the seeds' folders, where tools/readme_results.py finds it (acl_lib.report.wall_time_markdown)
+    timing = out / args.profile / "timing.json"
+    timing.parent.mkdir(parents=True, exist_ok=True)
+    timing.write_text(json.dumps(summary, indent=1))
+    print(f"\noutputs in {root}; timing in {timing}")
     return rc
 
 

@@ -322,3 +322,21 @@ def test_readme_results_section_with_seeds_and_orders(tmp_path):
     assert "### Curriculum orders (notebook 13, seed 0)" in body
     assert "finished 2026-12-02 to 2026-12-02; code abc." in body
     assert "Not scored yet: seq1_search, seq2_search-ecom" in body  # the study's order is scored, the others not
+
+
+def test_the_wall_time_of_the_run_that_made_the_seeds(tmp_path):
+    """benchmarks/pipeline_time.py's timing.json, beside the seeds' folders, goes under the tables over the seeds
+    only when it timed exactly those seeds."""
+    from acl_lib.config import load_config
+
+    cfg = load_config("smoke", [f"output_dir={tmp_path}"], seed=0)
+    assert report.wall_time_markdown(cfg, [0, 1, 2]) == ""  # never timed
+    timing = {"seeds": [0, 1, 2], "jobs": 2, "commit": "abc1234", "started": "2026-12-06 08:00:00",
+              "total_s": 10530.0, "exit_status": 0, "budget_s": 10800}
+    (tmp_path / "smoke").mkdir()
+    (tmp_path / "smoke" / report.TIMING_JSON).write_text(json.dumps(timing))
+    text = report.wall_time_markdown(cfg, [0, 1, 2])
+    assert "**2 h 56 min** (the budget: 3 h)" in text and "`acl run --jobs 2`" in text and "abc1234" in text
+    assert report.wall_time_markdown(cfg, [0]) == ""  # another set of seeds: not this run's time
+    (tmp_path / "smoke" / report.TIMING_JSON).write_text(json.dumps({**timing, "exit_status": 1}))
+    assert "exit status 1" in report.wall_time_markdown(cfg, [0, 1, 2])
