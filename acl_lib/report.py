@@ -18,6 +18,7 @@ The views a notebook shows of one seed (scores, figures, readings) are in :mod:`
 from __future__ import annotations
 
 import html
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -336,8 +337,6 @@ def wall_time_markdown(cfg, seeds: Sequence[int]) -> str:
     """A paragraph on the wall time of the whole ``acl run`` that made this store, from its
     ``<output_dir>/<profile>/timing.json`` (``benchmarks/pipeline_time.py``, which times a run from an empty store),
     where that file exists and covers exactly ``seeds``; else ``""``."""
-    import json
-
     path = cfg.seed_dir().parent / TIMING_JSON
     if not path.is_file():
         return ""
@@ -347,8 +346,9 @@ def wall_time_markdown(cfg, seeds: Sequence[int]) -> str:
     total = t["total_s"] / 60
     hours = f"{int(total // 60)} h {round(total % 60):02d} min" if total >= 60 else f"{total:.1f} min"
     status = "" if t.get("exit_status") == 0 else f", exit status {t.get('exit_status')}"
-    budget = f" (the budget: {t['budget_s'] / 3600:g} h)" if t.get("budget_s") and t["budget_s"] >= 3600 else (
-        f" (the budget: {t['budget_s'] / 60:g} min)" if t.get("budget_s") else "")
+    target = t.get("budget_s")
+    budget = "" if not target else (f" (the profile's target: {target / 3600:g} h)" if target >= 3600 else
+                                    f" (the profile's target: {target / 60:g} min)")
     return (f"Wall time of the whole run, notebooks 00-12 of seeds {', '.join(map(str, seeds))} from an empty store "
             f"(`acl run --jobs {t.get('jobs', '?')}`, what `make run` runs; `benchmarks/pipeline_time.py`, code "
             f"{t.get('commit', '?')}, started {t.get('started', '?')}{status}): **{hours}**{budget}.")

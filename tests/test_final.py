@@ -336,7 +336,7 @@ def test_the_wall_time_of_the_run_that_made_the_seeds(tmp_path):
     (tmp_path / "smoke").mkdir()
     (tmp_path / "smoke" / report.TIMING_JSON).write_text(json.dumps(timing))
     text = report.wall_time_markdown(cfg, [0, 1, 2])
-    assert "**2 h 56 min** (the budget: 3 h)" in text and "`acl run --jobs 2`" in text and "abc1234" in text
+    assert "**2 h 56 min** (the profile's target: 3 h)" in text and "`acl run --jobs 2`" in text and "abc1234" in text
     assert report.wall_time_markdown(cfg, [0]) == ""  # another set of seeds: not this run's time
     (tmp_path / "smoke" / report.TIMING_JSON).write_text(json.dumps({**timing, "exit_status": 1}))
     assert "exit status 1" in report.wall_time_markdown(cfg, [0, 1, 2])
