@@ -26,12 +26,6 @@ BUDGET_S = {"smoke": 180, "mini": 30 * 60}  # notebooks 00-05 (base .. oracles) 
 BUDGET_ALL_S = {("mini", 1): 60 * 60, ("mini", 3): 3 * 3600}  # the whole acl run, 00-12, for 1 or 3 seeds
 
 
-def _git_commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[1])
-    return out.stdout.strip() or "unknown"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="smoke")
@@ -61,17 +55,14 @@ def main() -> int:
     # per notebook and seed, papermill's duration; the across-seeds notebook (12) sits beside the seed folders
     durations: dict[str, dict[str, float | None]] = {}
     failed = []
-    for seed in args.seeds:
-        for nb in sorted((pm / args.profile / f"seed{seed}").glob("*.ipynb")):
-            meta = json.loads(nb.read_text()).get("metadata", {}).get("papermill", {})
-            durations.setdefault(nb.stem, {})[f"seed {seed}"] = meta.get("duration")
-            if meta.get("exception"):
-                failed.append(f"{nb.stem} (seed {seed})")
-    for nb in sorted((pm / args.profile).glob("*.ipynb")):
+    executed = [(f"seed {seed}", nb) for seed in args.seeds
+                for nb in sorted((pm / args.profile / f"seed{seed}").glob("*.ipynb"))]
+    executed += [("once", nb) for nb in sorted((pm / args.profile).glob("*.ipynb"))]
+    for label, nb in executed:
         meta = json.loads(nb.read_text()).get("metadata", {}).get("papermill", {})
-        durations.setdefault(nb.stem, {})["once"] = meta.get("duration")
+        durations.setdefault(nb.stem, {})[label] = meta.get("duration")
         if meta.get("exception"):
-            failed.append(nb.stem)
+            failed.append(nb.stem if label == "once" else f"{nb.stem} ({label})")
     cols = [f"seed {s}" for s in args.seeds]
     print("\n| notebook | " + " | ".join(f"{c} (min)" for c in cols) + " |\n|---|" + "---:|" * len(cols))
     for name, by in durations.items():
@@ -97,7 +88,9 @@ def main() -> int:
         print(f"\nseed {args.seeds[0]}:\n| run | " + " | ".join(benches) + " |\n|---|" + "---:|" * len(benches))
         for run, s in scores.items():
             print(f"| {run} | " + " | ".join(f"{s.get(b, float('nan')):.1f}" for b in benches) + " |")
-    summary = {"command": cmd, "seeds": list(args.seeds), "jobs": args.jobs, "commit": _git_commit(),
+    from acl_lib.runs import code_version
+
+    summary = {"command": cmd, "seeds": list(args.seeds), "jobs": args.jobs, "commit": code_version() or "unknown",
                "started": started, "total_s": round(total, 1),
                "exit_status": rc, "budget_s": budget_all, "within_budget": bool(budget_all and total <= budget_all
                                                                                  and rc == 0),
