@@ -11,7 +11,8 @@
     acl data check   --data-dir DIR [--full]                                       present / missing / malformed
     acl nbstrip [NOTEBOOK ...] [--check]                                            strip outputs before commit
 
-Only argparse and the standard library are imported at module level: every heavy import (papermill,
+Only argparse, the standard library and ``acl_lib.progress`` (standard library only) are imported at module
+level: every heavy import (papermill,
 pydantic, torch) happens inside the command that needs it, so ``--help`` answers instantly.
 Exit codes: 0 ok, 1 a notebook or command failed, 2 bad usage or configuration, an output location that cannot be
 written, or an output directory in use by another ``acl run`` (all found before any compute), 130 interrupted.
@@ -24,6 +25,8 @@ import json
 import sys
 import time
 from pathlib import Path
+
+from acl_lib.progress import fmt_duration
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -278,12 +281,6 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def _fmt_s(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.1f}min"
-
-
 # --- commands -----------------------------------------------------------------------------------------------
 
 
@@ -501,7 +498,7 @@ def _run_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: list[s
         tag, args.jobs, budget,
         # the notebook most others wait on first (a seed's stages before another's tables), then seed order
         priority=lambda unit: (-waiting[unit[1]], rank[unit]))
-    print(f"\nacl run: notebooks side by side in {_fmt_s(time.time() - t0)}", flush=True)
+    print(f"\nacl run: notebooks side by side in {fmt_duration(time.time() - t0)}", flush=True)
     for seed in seeds:
         mine = {nb.name[:2]: results.get((seed, nb)) for nb in per_seed}
         not_run = " ".join(k for k, rc in mine.items() if rc is None)
@@ -558,8 +555,8 @@ def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]
             return 130
         if job.seeds is None:
             nbs.write_done(cfg.seed_dir(), nb, params, out)
-        print(f"    done in {_fmt_s(time.time() - t_nb)}", flush=True)
-    print(f"\nacl run: {len(jobs) - skipped} notebook(s) executed in {_fmt_s(time.time() - t0)}"
+        print(f"    done in {fmt_duration(time.time() - t_nb)}", flush=True)
+    print(f"\nacl run: {len(jobs) - skipped} notebook(s) executed in {fmt_duration(time.time() - t0)}"
           + (f", {skipped} skipped (complete; --re-execute runs them again)" if skipped else ""))
     for seed, cfg in cfgs.items():
         executed = Path(cfg.papermill_dir) / args.profile / f"seed{seed}"
@@ -607,7 +604,7 @@ def cmd_status(args) -> int:
         for d in run_dirs:
             done = _read_json(d / COMPLETE) or {}
             rows.append([str(seed), str(d.relative_to(seed_dir)), disk_status(d), done.get("config_hash", ""),
-                         done.get("finished_at", ""), _fmt_s(done.get("duration_s"))])
+                         done.get("finished_at", ""), fmt_duration(done.get("duration_s"))])
     print(f"Runs in {out_root}/")
     print(_table(["seed", "run", "status", "config", "finished", "took"], rows))
 
@@ -619,12 +616,12 @@ def cmd_status(args) -> int:
                 continue
             path = nbs.executed_path(base.papermill_dir, args.profile, seed, nb)
             state, duration = nbs.notebook_state(path)
-            rows.append([str(seed), nb.name, state, _fmt_s(duration), str(path) if state != "not run" else ""])
+            rows.append([str(seed), nb.name, state, fmt_duration(duration), str(path) if state != "not run" else ""])
     for nb in notebooks:
         if nbs.across_seeds(nb):
             path = nbs.across_seeds_path(base.papermill_dir, args.profile, nb)
             state, duration = nbs.notebook_state(path)
-            rows.append(["all", nb.name, state, _fmt_s(duration), str(path) if state != "not run" else ""])
+            rows.append(["all", nb.name, state, fmt_duration(duration), str(path) if state != "not run" else ""])
     print(f"\nNotebooks in {args.notebooks_dir}/ (executed copies in {pm_root}/)")
     print(_table(["seed", "notebook", "state", "took", "executed copy"], rows) if rows else "(no notebooks)")
     return 0

@@ -48,7 +48,18 @@ def current_run(name: str) -> Iterator[None]:
         _run_names.pop()
 
 
-def _fmt_s(seconds: float) -> str:
+def fmt_duration(seconds: float | None, *, words: bool = False) -> str:
+    """A duration for people: ``45s``, ``3m05s``, ``2h57m`` (progress lines, ``acl run``, ``acl status``), or with
+    ``words`` ``45 s``, ``3.1 min``, ``2 h 57 min`` (prose: the README's wall-time line). ``None`` gives ``""``."""
+    if seconds is None:
+        return ""
+    if words:
+        if round(seconds) < 60:
+            return f"{round(seconds)} s"
+        if seconds < 3600:
+            return f"{seconds / 60:.1f} min"
+        minutes = round(seconds / 60)
+        return f"{minutes // 60} h {minutes % 60:02d} min"
     seconds = int(round(seconds))
     if seconds < 60:
         return f"{seconds}s"
@@ -132,10 +143,10 @@ class Progress:
         parts = [f"{who}: {self.done}/{self.total} {units} ({100 * self._fraction():.0f}%)"]
         parts += [f"{k} {_fmt_value(v)}" for k, v in self.stats.items() if v is not None]
         elapsed = time.perf_counter() - self.t0
-        timing = f"{_fmt_s(elapsed)} elapsed"
+        timing = f"{fmt_duration(elapsed)} elapsed"
         here = self.done - self.initial
         if 0 < here and self.done < self.total:
-            timing += f", ~{_fmt_s(elapsed / here * (self.total - self.done))} left"
+            timing += f", ~{fmt_duration(elapsed / here * (self.total - self.done))} left"
         parts.append(timing)
         return " · ".join(parts)
 

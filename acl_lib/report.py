@@ -29,6 +29,7 @@ from acl_lib.config import load_config, project_root
 from acl_lib.envs import IN_DOMAIN
 from acl_lib.final import FinalData
 from acl_lib.pipeline import checkpoint_names
+from acl_lib.progress import fmt_duration
 from acl_lib.runs import CONFIG, SUPERSEDED
 from acl_lib.views import BENCH_ORDER, completion_records, forgetting_frame, load_scores, md_table, paper_results
 
@@ -343,8 +344,7 @@ def wall_time_markdown(cfg, seeds: Sequence[int]) -> str:
     t = json.loads(path.read_text())
     if list(t.get("seeds", [])) != list(seeds):
         return ""
-    total = t["total_s"] / 60
-    hours = f"{int(total // 60)} h {round(total % 60):02d} min" if total >= 60 else f"{total:.1f} min"
+    hours = fmt_duration(t["total_s"], words=True)
     status = "" if t.get("exit_status") == 0 else f", exit status {t.get('exit_status')}"
     target = t.get("budget_s")
     budget = "" if not target else (f" (the profile's target: {target / 3600:g} h)" if target >= 3600 else

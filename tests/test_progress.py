@@ -62,6 +62,15 @@ def test_a_line_names_the_run_the_step_the_stats_and_the_time_left(lines, monkey
     assert lines[-1].getMessage() == "grpo: 7/10 steps (70%) · 1m10s elapsed, ~30s left"
 
 
+def test_one_duration_format_for_lines_and_one_for_prose():
+    """Progress lines, ``acl run`` and ``acl status`` write 3m05s; the README's wall-time line 2 h 57 min; minutes
+    round before hours split, so 119.7 min is 2 h 00 min, never 1 h 60 min."""
+    fmt = progress.fmt_duration
+    assert [fmt(s) for s in (None, 0.4, 59.6, 185, 3600, 10_620)] == ["", "0s", "1m00s", "3m05s", "1h00m", "2h57m"]
+    assert [fmt(s, words=True) for s in (12.2, 59.7, 186, 3599, 7182, 10_620)] == [
+        "12 s", "1.0 min", "3.1 min", "60.0 min", "2 h 00 min", "2 h 57 min"]
+
+
 def test_lines_are_throttled_but_the_final_state_is_always_logged(lines):
     bar = Progress(1000, "eval", unit="episode", display=False)
     for _ in range(1000):
