@@ -12,8 +12,8 @@
     acl nbstrip [NOTEBOOK ...] [--check]                                            strip outputs before commit
 
 Only argparse, the standard library and ``acl_lib.progress`` (standard library only) are imported at module
-level: every heavy import (papermill,
-pydantic, torch) happens inside the command that needs it, so ``--help`` answers instantly.
+level: every heavy import (papermill, pydantic, torch) happens inside the command that needs it, so ``--help``
+answers instantly.
 Exit codes: 0 ok, 1 a notebook or command failed, 2 bad usage or configuration, an output location that cannot be
 written, or an output directory in use by another ``acl run`` (all found before any compute), 130 interrupted.
 """

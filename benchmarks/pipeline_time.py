@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from acl_lib.runs import code_version
+
 BUDGET_S = {"smoke": 180, "mini": 30 * 60}  # notebooks 00-05 (base .. oracles) of one seed
 BUDGET_ALL_S = {("mini", 1): 60 * 60, ("mini", 3): 3 * 3600}  # the whole acl run, 00-12, for 1 or 3 seeds
 
@@ -88,8 +90,6 @@ def main() -> int:
         print(f"\nseed {args.seeds[0]}:\n| run | " + " | ".join(benches) + " |\n|---|" + "---:|" * len(benches))
         for run, s in scores.items():
             print(f"| {run} | " + " | ".join(f"{s.get(b, float('nan')):.1f}" for b in benches) + " |")
-    from acl_lib.runs import code_version
-
     summary = {"command": cmd, "seeds": list(args.seeds), "jobs": args.jobs, "commit": code_version() or "unknown",
                "started": started, "total_s": round(total, 1),
                "exit_status": rc, "budget_s": budget_all, "within_budget": bool(budget_all and total <= budget_all
