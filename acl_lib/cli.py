@@ -369,18 +369,42 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
                            priority) -> tuple[dict, bool]:
     """One child ``acl run`` per unit (a seed, or one notebook of a seed), up to ``jobs`` at once, each started
     once every unit in ``after[unit]`` has exited 0; ``command(unit, threads)`` is its command line. The thread
-    budget is divided among the children running when one starts. A free place goes to the ready unit with the
-    smallest ``priority(unit)``. Each child is a session of its own, so
+    budget is divided among the children running, and divided again whenever one starts or ends: each child's
+    share is in the file its ``ACL_THREADS_FILE`` names, which its trainers and evaluations follow
+    (``seeding.follow_thread_share``), so a notebook left alone takes both cores. A free place goes to the ready
+    unit with the smallest ``priority(unit)``. Each child is a session of its own, so
     Ctrl-C here is handed to each child once, and a second Ctrl-C once more: they stop as a single ``acl run``
     does. Returns ``{unit: exit status}`` (a unit never started is absent) and whether it was interrupted."""
     import os
+    import shutil
     import signal
     import subprocess
+    import tempfile
     import threading
+
+    from acl_lib.seeding import THREADS_FILE_ENV
 
     pending, running, results = list(units), {}, {}
     interrupted = 0
     out_lock = threading.Lock()
+    share_dir = Path(tempfile.mkdtemp(prefix="acl-threads-"))
+    share_files: dict = {}  # unit -> the file holding its thread share
+    shared_among: list = []  # the running units the shares were last computed for
+
+    def write_share(unit, threads: int) -> None:
+        tmp = share_files[unit].with_suffix(".tmp")
+        tmp.write_text(f"{threads}\n")
+        os.replace(tmp, share_files[unit])  # a reader sees the old number or the new one, never half a file
+
+    def reshare() -> None:
+        """The budget over the children running now (the oldest get the remainder), when that set changed."""
+        units_now = list(running)
+        if units_now == shared_among or not units_now:
+            return
+        shared_among[:] = units_now
+        n = len(units_now)
+        for j, unit in enumerate(units_now):
+            write_share(unit, max(1, budget // n + (1 if j < budget % n else 0)))
 
     def relay(stream, unit, sink) -> None:
         for line in stream:
@@ -389,7 +413,9 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
                 sink.flush()
 
     def start(unit, threads: int) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        share_files[unit] = share_dir / f"{len(share_files)}.threads"
+        write_share(unit, threads)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **{THREADS_FILE_ENV: str(share_files[unit])})
         proc = subprocess.Popen(command(unit, threads), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, bufsize=1, start_new_session=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -440,6 +466,7 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
                 for unit in batch:
                     pending.remove(unit)
                     start(unit, threads)
+            reshare()  # after this round's starts: a child left alone takes the whole budget
             if not running and (interrupted or not ready):
                 break
             time.sleep(0.2)
@@ -447,6 +474,7 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
     finally:
         if previous is not signal.SIG_IGN:
             signal.signal(signal.SIGINT, previous)
+        shutil.rmtree(share_dir, ignore_errors=True)
     return results, bool(interrupted) or any(rc == 130 for rc in results.values())
 
 

@@ -9,6 +9,13 @@
   processor the same arithmetic. Each variable is only set when unset, so ``ATEN_CPU_CAPABILITY=avx512``
   (say) in the environment wins; it has no effect on GPU kernels.
 
+* ``follow_thread_share()``: under ``acl run --jobs N`` each notebook's process may use a share of the machine's
+  threads that changes while it runs (both cores once the notebook beside it has ended); the scheduler writes the
+  share to the file named by ``ACL_THREADS_FILE`` and the long loops (a trainer's steps, an evaluation's rounds)
+  call this to take it up. On the CPU kernels pinned here a result does not depend on the thread count
+  (``tests/test_seeding.py`` checks training steps and greedy decoding at one and two threads bit for bit), so
+  the schedule changes a run's time, never its numbers.
+
 Deterministic *algorithms* (``torch.use_deterministic_algorithms``) are not switched on: they slow GPU kernels
 and some ops have no deterministic version; CPU kernels at a fixed thread count are deterministic already.
 """
@@ -17,6 +24,10 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+import time
+
+THREADS_FILE_ENV = "ACL_THREADS_FILE"
 
 # Environment variables read by torch / MKL / oneDNN when they load: the AVX2 code path on any x86 processor.
 CPU_KERNEL_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -78,6 +89,51 @@ def threads_per_rank(torch_threads: int, local_ranks: int | None = None) -> int:
     return max(1, budget // max(1, local_ranks if local_ranks is not None else local_world_size()))
 
 
+def _shared_threads() -> int | None:
+    """The number in ``$ACL_THREADS_FILE``, or None (no scheduler, the file not written yet or being replaced)."""
+    path = os.environ.get(THREADS_FILE_ENV)
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            n = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return n if n > 0 else None
+
+
+def thread_share(torch_threads: int) -> int:
+    """This machine's thread budget for this process now: the number ``acl run --jobs N`` wrote to
+    ``$ACL_THREADS_FILE`` (see ``follow_thread_share``) when there is one, else ``torch_threads``."""
+    return _shared_threads() or torch_threads
+
+
+_last_follow = [0.0]
+
+
+def follow_thread_share(min_interval_s: float = 2.0) -> int | None:
+    """Set torch's intra-op threads to this rank's part of ``thread_share`` if it changed (at most one look at the
+    file every ``min_interval_s``); returns the thread count set, or None when nothing changed or no scheduler
+    shares threads here. Called from the main thread (OpenMP's thread count is per calling thread) by the loops
+    that run for minutes: ``train.common.show_progress``'s step callback and ``eval.harness.run_episodes``."""
+    if not os.environ.get(THREADS_FILE_ENV) or "torch" not in sys.modules:
+        return None
+    now = time.monotonic()
+    if now - _last_follow[0] < min_interval_s:
+        return None
+    _last_follow[0] = now
+    import torch
+
+    shared = _shared_threads()
+    if shared is None:
+        return None
+    want = threads_per_rank(shared)
+    if want == torch.get_num_threads():
+        return None
+    torch.set_num_threads(want)
+    return want
+
+
 def seed_and_threads(seed: int, threads: int) -> None:
     """``seed_everything(seed)`` and torch's intra-op threads capped at ``threads_per_rank(threads)``: what every
     job that samples or initialises does first, so its numbers do not depend on what ran before in the same
@@ -85,4 +141,4 @@ def seed_and_threads(seed: int, threads: int) -> None:
     import torch
 
     seed_everything(seed)
-    torch.set_num_threads(threads_per_rank(threads))
+    torch.set_num_threads(threads_per_rank(thread_share(threads)))

@@ -97,6 +97,28 @@ def test_a_notebook_starts_when_what_it_reads_is_done_with_its_share_of_the_thre
     assert res.returncode == 0 and res.stdout.count("skipped, complete") == 4, res.stdout[-3000:]
 
 
+def test_a_notebook_left_alone_takes_the_threads_of_the_one_that_ended(tmp_path):
+    """Two notebooks side by side have half the threads each; when one ends, the other's share (the file its
+    ACL_THREADS_FILE names, which trainers and evaluations follow) becomes the whole budget."""
+    nb_dir, out, pm = tmp_path / "nb", tmp_path / "out", tmp_path / "pm"
+    _write(nb_dir, "00_a", [])
+    watch = ("import json, time\n"
+             "from acl_lib.seeding import thread_share\n"
+             "seen, t0 = [], time.time()\n"
+             "while time.time() - t0 < 12 and (not seen or seen[-1] != 4 or len(seen) < 2):\n"
+             "    n = thread_share(-1)\n"
+             "    if not seen or seen[-1] != n:\n"
+             "        seen.append(n)\n"
+             "    time.sleep(0.1)\n"
+             "cfg.seed_dir().mkdir(parents=True, exist_ok=True)\n"
+             "(cfg.seed_dir() / 'b.json').write_text(json.dumps(seen))")
+    _write(nb_dir, "01_b", [watch], after=["00"])
+    _write(nb_dir, "02_c", _record("c", sleep=2), after=["00"])
+    res = _run(nb_dir, out, pm, "--jobs", "2", "--set", "torch_threads=4")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert json.loads((out / "smoke" / "seed0" / "b.json").read_text()) == [2, 4]
+
+
 def test_a_failing_notebook_stops_what_needs_it_and_nothing_else(tmp_path):
     nb_dir, out, pm = tmp_path / "nb", tmp_path / "out", tmp_path / "pm"
     _write(nb_dir, "00_a", _record("a", sleep=0))

@@ -46,7 +46,7 @@ from acl_lib.eval.turns import TurnGenerator
 from acl_lib.noise import binomial_se, samples_per_task
 from acl_lib.progress import Progress
 from acl_lib.runs import COMPLETE, CONFIG, FAILED, RUNNING
-from acl_lib.seeding import seed_and_threads
+from acl_lib.seeding import follow_thread_share, seed_and_threads
 
 log = logging.getLogger(__name__)
 
@@ -369,6 +369,7 @@ def run_episodes(policy: Policy, episodes: list[Episode], batch_size: int = 64,
         if not active:
             return
         for start in range(0, len(active), batch_size):
+            follow_thread_share()  # both cores once the notebook beside this one has ended (acl run --jobs)
             chunk = active[start : start + batch_size]
             texts = policy([(e.task, e.messages) for e in chunk])
             _step_all(chunk, texts)

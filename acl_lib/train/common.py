@@ -29,7 +29,7 @@ from typing import Any
 from acl_lib.atomic import atomic_dir, write_json
 from acl_lib.config import micro_batches  # one split rule: the config checks it at load, the trainers use it
 from acl_lib.progress import Progress
-from acl_lib.seeding import threads_per_rank
+from acl_lib.seeding import follow_thread_share, thread_share, threads_per_rank
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def set_threads(cfg) -> None:
     the reward functions, the environments' tool calls)."""
     import torch
 
-    torch.set_num_threads(threads_per_rank(cfg.torch_threads))
+    torch.set_num_threads(threads_per_rank(thread_share(cfg.torch_threads)))
 
 
 def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_rate: float,
@@ -248,6 +248,9 @@ def show_progress(trainer, desc: str):
         def on_train_begin(self, args, state, control, **kw):
             if state.is_world_process_zero:
                 self.bar = Progress(state.max_steps, desc, unit="step", initial=state.global_step)
+
+        def on_step_begin(self, args, state, control, **kw):
+            follow_thread_share()  # both cores once the notebook beside this one has ended (acl run --jobs)
 
         def on_step_end(self, args, state, control, **kw):
             if self.bar is not None:
