@@ -110,3 +110,18 @@ def test_cold_start_teachers_that_validate():
                                 "sft.teacher_api_key_env=TEACHER_KEY"])
     assert cfg.sft.teacher_url == "http://node2:8002/v1" and cfg.hash("sft") != load_config("paper").hash("sft")
     assert load_config("smoke", ["sft.teacher=incoming", "sft.teacher_temperature=0"]).sft.samples_per_task == 1
+
+
+def test_mini_stages_train_on_the_episodes_their_benchmark_scores():
+    """Math, search and IF roll out under their in-domain benchmark's limits (eval.limits), so RL neither rewards
+    answers too long to be scored nor cuts off ones the benchmark would accept."""
+    from acl_lib.envs import IN_DOMAIN
+
+    cfg = load_config("mini")
+    for domain in ("math", "search", "if"):
+        stage = cfg.for_stage(domain)
+        turns, tokens = cfg.eval.limits_for(IN_DOMAIN[domain])
+        if domain == "search":  # multi-turn: turns and tokens per turn
+            assert (stage.grpo.max_turns, stage.grpo.max_new_tokens) == (turns, tokens), domain
+        else:  # single-turn: one completion
+            assert stage.grpo.max_completion_length == tokens, domain
