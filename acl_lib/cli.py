@@ -396,15 +396,18 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
         tmp.write_text(f"{threads}\n")
         os.replace(tmp, share_files[unit])  # a reader sees the old number or the new one, never half a file
 
+    def share(j: int, n: int) -> int:
+        """The threads of the j-th oldest of n children running: the budget split, the oldest get the remainder."""
+        return max(1, budget // n + (1 if j < budget % n else 0))
+
     def reshare() -> None:
-        """The budget over the children running now (the oldest get the remainder), when that set changed."""
+        """Rewrite every running child's share when the set of children running changed."""
         units_now = list(running)
         if units_now == shared_among or not units_now:
             return
         shared_among[:] = units_now
-        n = len(units_now)
         for j, unit in enumerate(units_now):
-            write_share(unit, max(1, budget // n + (1 if j < budget % n else 0)))
+            write_share(unit, share(j, len(units_now)))
 
     def relay(stream, unit, sink) -> None:
         for line in stream:
@@ -462,10 +465,10 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
                 on_sigint(signal.SIGINT, None)
             if not interrupted and ready and len(running) < jobs:
                 batch = ready[:jobs - len(running)]
-                threads = max(1, budget // (len(running) + len(batch)))
+                n = len(running) + len(batch)
                 for unit in batch:
                     pending.remove(unit)
-                    start(unit, threads)
+                    start(unit, share(len(running), n))
             reshare()  # after this round's starts: a child left alone takes the whole budget
             if not running and (interrupted or not ready):
                 break

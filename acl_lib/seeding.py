@@ -134,11 +134,16 @@ def follow_thread_share(min_interval_s: float = 2.0) -> int | None:
     return want
 
 
+def set_torch_threads(torch_threads: int) -> None:
+    """Torch's intra-op threads: this rank's part (``threads_per_rank``) of ``thread_share(torch_threads)``."""
+    import torch
+
+    torch.set_num_threads(threads_per_rank(thread_share(torch_threads)))
+
+
 def seed_and_threads(seed: int, threads: int) -> None:
     """``seed_everything(seed)`` and torch's intra-op threads capped at ``threads_per_rank(threads)``: what every
     job that samples or initialises does first, so its numbers do not depend on what ran before in the same
     process."""
-    import torch
-
     seed_everything(seed)
-    torch.set_num_threads(threads_per_rank(thread_share(threads)))
+    set_torch_threads(threads)

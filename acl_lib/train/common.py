@@ -29,7 +29,7 @@ from typing import Any
 from acl_lib.atomic import atomic_dir, write_json
 from acl_lib.config import micro_batches  # one split rule: the config checks it at load, the trainers use it
 from acl_lib.progress import Progress
-from acl_lib.seeding import follow_thread_share, thread_share, threads_per_rank
+from acl_lib.seeding import follow_thread_share, set_torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +69,7 @@ def set_threads(cfg) -> None:
     divided by the ranks on this node, not the whole job; 0 = all cores). Oversubscribed cores slow every process
     down several-fold; a single thread per rank starves the CPU-side work of a GPU job (data collation, tokenising,
     the reward functions, the environments' tool calls)."""
-    import torch
-
-    torch.set_num_threads(threads_per_rank(thread_share(cfg.torch_threads)))
+    set_torch_threads(cfg.torch_threads)
 
 
 def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_rate: float,
