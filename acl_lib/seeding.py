@@ -6,7 +6,11 @@
   generations run different vectorised kernels (AVX-512 where present, else AVX2), which round differently,
   and on a tiny model trained for hundreds of steps a rounding difference grows into a different checkpoint.
   Pinning PyTorch's ATen kernels, MKL and oneDNN to their AVX2 code paths gives every AVX2-capable x86
-  processor the same arithmetic. Each variable is only set when unset, so ``ATEN_CPU_CAPABILITY=avx512``
+  processor the same arithmetic. MKL's conditional reproducibility is asked for in its strict form
+  (``MKL_CBWR=AVX2,STRICT``): without it the bits of MKL's matrix products depend on the number of threads
+  on some processors (the same 12 math GRPO steps at one and at two threads: weights 4e-6 apart, and
+  ``tests/test_seeding.py`` fails), and a run's numbers would depend on the schedule that ran it; strict mode
+  costs about 3% of a training step. Each variable is only set when unset, so ``ATEN_CPU_CAPABILITY=avx512``
   (say) in the environment wins; it has no effect on GPU kernels.
 
 * ``follow_thread_share()``: under ``acl run --jobs N`` each notebook's process may use a share of the machine's
@@ -30,7 +34,8 @@ import time
 THREADS_FILE_ENV = "ACL_THREADS_FILE"
 
 # Environment variables read by torch / MKL / oneDNN when they load: the AVX2 code path on any x86 processor.
-CPU_KERNEL_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+# STRICT: the same bits whatever the number of threads (MKL's strict CNR mode), not only on the same thread count.
+CPU_KERNEL_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
 def pin_cpu_kernels() -> dict[str, str]:

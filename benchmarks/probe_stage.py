@@ -1,12 +1,14 @@
 """Calibration probe: run one stage recipe from any checkpoint and score its in-domain benchmark before/after.
 
-    python benchmarks/probe_stage.py TAG DOMAIN MODEL_DIR [--profile mini] [--seed 0] [--set KEY=VALUE ...]
+    python benchmarks/probe_stage.py TAG DOMAIN MODEL_DIR [--profile mini] [--seed 0] [--also BENCH ...]
+                                     [--set KEY=VALUE ...]
 
 ``DOMAIN`` is math, search, ecom or if; the profile's ``pipeline.stage_overrides`` for it apply first, then
 ``--set``. Writes ``outputs/<profile>/seed<SEED>/pstage_<TAG>/`` (replaced on every call). ``--seed`` sets the
 training seed and the sampling seed of the scores (a run's lift depends on both: the seeds' bases score aime26
 19.9 / 25.2 / 24.8 at seeds 0 / 1 / 2). Prints one ``RESULT``
-line: training wall time and the in-domain score before and after.
+line: training wall time and the in-domain score before and after, then, with ``--also``, other benchmarks'
+scores before and after (e.g. ``--also aime26`` for what a search stage started from ``seq_math`` leaves of math).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
+
+from acl_lib.domains import BENCHMARK_DOMAIN
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,6 +27,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("model_dir")
     ap.add_argument("--profile", default="mini")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--also", nargs="*", default=[], metavar="BENCH", choices=list(BENCHMARK_DOMAIN),
+                    help="more benchmarks to score before and after (what the stage leaves of other domains)")
     ap.add_argument("--set", dest="overrides", nargs="*", action="extend", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
 
@@ -41,14 +47,15 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(run.path, ignore_errors=True)
     run.path.mkdir(parents=True)
     bench = IN_DOMAIN[args.domain]
-    before = evaluate(cfg, args.model_dir, run.path / "eval_before", benchmarks=[bench])["scores"][bench]
+    benches = [bench, *(b for b in args.also if b != bench)]
+    scores_before = evaluate(cfg, args.model_dir, run.path / "eval_before", benchmarks=benches)["scores"]
     t0 = time.perf_counter()
     run_stage(cfg, args.domain, args.model_dir, run.path)
     out = run.path / "model"
     train_s = time.perf_counter() - t0
-    after = evaluate(cfg, str(out), run.path / "eval_after", benchmarks=[bench])["scores"][bench]
-    print("RESULT", args.tag, args.domain, "seed", args.seed, "train_s", round(train_s), bench,
-          "before", before, "after", after, flush=True)
+    scores_after = evaluate(cfg, str(out), run.path / "eval_after", benchmarks=benches)["scores"]
+    print("RESULT", args.tag, args.domain, "seed", args.seed, "train_s", round(train_s),
+          *(f"{b} before {scores_before[b]} after {scores_after[b]}" for b in benches), flush=True)
 
 
 if __name__ == "__main__":

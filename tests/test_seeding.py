@@ -57,7 +57,8 @@ def test_follow_thread_share_takes_up_the_number_the_scheduler_wrote(tmp_path, m
 
 def test_training_and_greedy_decoding_are_the_same_at_one_and_two_threads():
     """What lets a notebook change its thread count mid-run (acl run --jobs): the pinned CPU kernels give the same
-    bits at one and at two threads."""
+    bits at one and at two threads. MKL must be in its strict mode for it (``seeding.CPU_KERNEL_ENV``): with
+    ``MKL_CBWR=AVX2`` in the environment this fails on some processors (weights 5e-5 apart)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
