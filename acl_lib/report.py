@@ -349,9 +349,12 @@ def wall_time_markdown(cfg, seeds: Sequence[int]) -> str:
     target = t.get("budget_s")
     budget = "" if not target else (f" (the profile's target: {target / 3600:g} h)" if target >= 3600 else
                                     f" (the profile's target: {target / 60:g} min)")
+    speed = t.get("machine_speed_s") or {}
+    machine = (f" On that machine `benchmarks/machine_speed.py` takes {speed['1']:.1f} s at one thread and "
+               f"{speed['2']:.1f} s at two: timings scale with it." if {"1", "2"} <= set(speed) else "")
     return (f"Wall time of the whole run, notebooks 00-12 of seeds {', '.join(map(str, seeds))} from an empty store "
             f"(`acl run --jobs {t.get('jobs', '?')}`, what `make run` runs; `benchmarks/pipeline_time.py`, code "
-            f"{t.get('commit', '?')}, started {t.get('started', '?')}{status}): **{hours}**{budget}.")
+            f"{t.get('commit', '?')}, started {t.get('started', '?')}{status}): **{hours}**{budget}.{machine}")
 
 
 def results_markdown(cfg, seeds: Sequence[int] = (), orders: Sequence[Sequence[str]] = (),

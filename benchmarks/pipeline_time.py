@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,17 @@ BUDGET_S = {"smoke": 180, "mini": 30 * 60}  # notebooks 00-05 (base .. oracles) 
 BUDGET_ALL_S = {("mini", 1): 60 * 60, ("mini", 3): 3 * 3600}  # the whole acl run, 00-12, for 1 or 3 seeds
 
 
+def machine_speed() -> dict[str, float]:
+    """``benchmarks/machine_speed.py``'s seconds at one and two threads, ``{"1": s, "2": s}`` ({} if it failed)."""
+    script = Path(__file__).with_name("machine_speed.py")
+    res = subprocess.run([sys.executable, str(script), "--threads", "1", "2", "--repeats", "2"],
+                         capture_output=True, text=True)
+    found = dict(re.findall(r"^(\d+) thread\(s\): ([\d.]+) s", res.stdout, flags=re.M))
+    speed = {k: float(v) for k, v in found.items()}
+    print(f"machine speed (benchmarks/machine_speed.py): {speed or res.stderr[-500:]}", flush=True)
+    return speed
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="smoke")
@@ -36,6 +48,8 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=None, help="notebook prefixes (default: all)")
     ap.add_argument("--keep", default=None, help="directory for outputs/ and papermill_runs/ (default: a tmp dir)")
     ap.add_argument("--set", nargs="*", action="extend", default=[], help="config overrides")
+    ap.add_argument("--no-machine-speed", action="store_true",
+                    help="skip benchmarks/machine_speed.py before the run (about 40 s; skipped at smoke)")
     args = ap.parse_args()
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix=f"acl-bench-{args.profile}-"))
@@ -49,6 +63,8 @@ def main() -> int:
         cmd += ["--only", *args.only]
     if args.set:
         cmd += ["--set", *args.set]
+    # how fast this machine is, measured while it is idle, so the timing can be read against another machine's
+    speed = {} if args.no_machine_speed or args.profile == "smoke" else machine_speed()
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     t0 = time.perf_counter()
     rc = subprocess.call(cmd)
@@ -94,7 +110,7 @@ def main() -> int:
                "started": started, "total_s": round(total, 1),
                "exit_status": rc, "budget_s": budget_all, "within_budget": bool(budget_all and total <= budget_all
                                                                                  and rc == 0),
-               "failed": failed, "notebook_s": durations}
+               "failed": failed, "notebook_s": durations, "machine_speed_s": speed}
     # beside the seeds' folders, where tools/readme_results.py finds it (acl_lib.report.wall_time_markdown)
     timing = out / args.profile / "timing.json"
     timing.parent.mkdir(parents=True, exist_ok=True)

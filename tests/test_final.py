@@ -340,3 +340,8 @@ def test_the_wall_time_of_the_run_that_made_the_seeds(tmp_path):
     assert report.wall_time_markdown(cfg, [0]) == ""  # another set of seeds: not this run's time
     (tmp_path / "smoke" / report.TIMING_JSON).write_text(json.dumps({**timing, "exit_status": 1}))
     assert "exit status 1" in report.wall_time_markdown(cfg, [0, 1, 2])
+    assert "machine_speed.py" not in text  # a timing.json from before the machine's speed was measured beside it
+    (tmp_path / "smoke" / report.TIMING_JSON).write_text(json.dumps({**timing, "machine_speed_s": {"1": 10.2,
+                                                                                                   "2": 6.3}}))
+    assert "`benchmarks/machine_speed.py` takes 10.2 s at one thread and 6.3 s at two" in report.wall_time_markdown(
+        cfg, [0, 1, 2])
