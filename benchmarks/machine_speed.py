@@ -1,6 +1,6 @@
 """How fast this machine runs the mini model: a reference to read the suite's timings against.
 
-    python benchmarks/machine_speed.py [--threads 1 2] [--repeats 3]
+    python benchmarks/machine_speed.py [--threads 1 2] [--repeats 3] [--json]
 
 The wall-clock budgets of the mini profile (one seed's notebooks in 60 min, three seeds in 3 h) are measured on a
 2-core machine, and two machines of that description can differ by a third (the math stage's GRPO step at two
@@ -14,6 +14,7 @@ timing measured since it exists, so that a timing from another machine can be sc
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -49,10 +50,14 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", action="store_true", help='end with one line {"<threads>": seconds, ...}')
     args = ap.parse_args(argv)
+    best = {}
     for threads in args.threads:
-        best = min(reference_work(threads) for _ in range(args.repeats))
-        print(f"{threads} thread(s): {best:.2f} s (best of {args.repeats})", flush=True)
+        best[str(threads)] = round(min(reference_work(threads) for _ in range(args.repeats)), 2)
+        print(f"{threads} thread(s): {best[str(threads)]:.2f} s (best of {args.repeats})", flush=True)
+    if args.json:
+        print(json.dumps(best), flush=True)
 
 
 if __name__ == "__main__":

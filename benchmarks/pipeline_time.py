@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -32,10 +31,9 @@ BUDGET_ALL_S = {("mini", 1): 60 * 60, ("mini", 3): 3 * 3600}  # the whole acl ru
 def machine_speed() -> dict[str, float]:
     """``benchmarks/machine_speed.py``'s seconds at one and two threads, ``{"1": s, "2": s}`` ({} if it failed)."""
     script = Path(__file__).with_name("machine_speed.py")
-    res = subprocess.run([sys.executable, str(script), "--threads", "1", "2", "--repeats", "2"],
+    res = subprocess.run([sys.executable, str(script), "--threads", "1", "2", "--repeats", "2", "--json"],
                          capture_output=True, text=True)
-    found = dict(re.findall(r"^(\d+) thread\(s\): ([\d.]+) s", res.stdout, flags=re.M))
-    speed = {k: float(v) for k, v in found.items()}
+    speed = json.loads(res.stdout.splitlines()[-1]) if res.returncode == 0 else {}
     print(f"machine speed (benchmarks/machine_speed.py): {speed or res.stderr[-500:]}", flush=True)
     return speed
 
