@@ -24,6 +24,8 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from acl_lib.progress import fmt_duration
@@ -37,7 +39,7 @@ _PNG_HINT_SHOWN = "ACL_PNG_HINT_SHOWN"
 def _decide_png() -> None:
     """Decide once (bounded in time) whether figures get PNG copies, hand the answer to every child process through
     the environment, and say once why not: a parent that already said it (``acl run --jobs``) keeps its children
-    quiet."""
+    quiet. Only inside ``_png_decided``, which gives the environment back as it was."""
     import os
 
     from acl_lib import png_export
@@ -47,6 +49,27 @@ def _decide_png() -> None:
     if png[png_export.PNG_ENV] == "0" and not os.environ.get(_PNG_HINT_SHOWN):
         print(png_export.hint(png[png_export.WHY_ENV]), flush=True)
         os.environ[_PNG_HINT_SHOWN] = "1"
+
+
+@contextmanager
+def _png_decided() -> Iterator[None]:
+    """The environment that ``_decide_png`` hands to kernels and child runs, for the length of one ``acl run``,
+    then restored: an ``acl run`` called in-process (``main([...])``) leaves no decision behind for the caller's
+    later children."""
+    import os
+
+    from acl_lib import png_export
+
+    keys = (png_export.PNG_ENV, png_export.WHY_ENV, _PNG_HINT_SHOWN)
+    saved = {k: os.environ.get(k) for k in keys}
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _profiles() -> list[str]:
@@ -323,8 +346,6 @@ def _hold_run_locks(cfgs: dict, profile: str, stack) -> str | None:
 
 
 def cmd_run(args) -> int:
-    from contextlib import ExitStack
-
     from acl_lib import notebooks as nbs
 
     overrides = list(args.overrides) + _dir_overrides(args)
@@ -359,10 +380,12 @@ def cmd_run(args) -> int:
             _err(problem)
             return EXIT_USAGE
         if args.jobs == 1:
-            return _run_notebooks(args, cfgs, notebooks, overrides)
-        rc = _run_side_by_side(args, cfgs, notebooks, overrides)
+            with _png_decided():
+                return _run_notebooks(args, cfgs, notebooks, overrides)
         over_seeds = [nb for nb in notebooks if nbs.across_seeds(nb)]
-        return rc or (_run_notebooks(args, cfgs, over_seeds, overrides) if over_seeds else 0)
+        with _png_decided():
+            rc = _run_side_by_side(args, cfgs, notebooks, overrides)
+            return rc or (_run_notebooks(args, cfgs, over_seeds, overrides) if over_seeds else 0)
 
 
 def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, budget: int,

@@ -20,8 +20,10 @@ import ast
 import json
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -205,7 +207,8 @@ def execute(
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     _prefer_own_kernels()
-    stop = _Stopper(notebook, output)
+    socket_dir = _kernel_socket_dir()
+    stop = _Stopper(notebook, output, socket_dir)
     try:
         stop.install()
         pm.execute_notebook(
@@ -215,6 +218,7 @@ def execute(
             kernel_name=kernel_name,
             progress_bar=progress_bar,
             cwd=str(cwd) if cwd is not None else None,
+            kernel_manager_class=_socket_file_kernel_manager(socket_dir),
             # The kernel's own log goes to our stderr. On Ctrl-C papermill shuts the kernel down while a cell
             # runs, and the kernel then logs a ZMQError traceback that says nothing about the notebook; cell
             # errors reach us as messages, not through this log.
@@ -243,10 +247,41 @@ def execute(
         raise NotebookFailed(output, index, source, f"{type(exc).__name__}: {exc}") from None
     finally:
         stop.uninstall()
+        shutil.rmtree(socket_dir, ignore_errors=True)
     if stop.requested:  # the cell ended within the grace period, but the user asked to stop
         _mark_interrupted(output)
         raise KeyboardInterrupt
     return output
+
+
+def _kernel_socket_dir() -> str:
+    """A fresh private directory (0700) for one kernel's socket files: a short path, as a Unix socket's is
+    limited to about 100 bytes."""
+    base = tempfile.gettempdir()
+    if len(base) > 60 and os.path.isdir("/tmp"):
+        base = "/tmp"
+    return tempfile.mkdtemp(prefix="acl-kernel-", dir=base)
+
+
+def _socket_file_kernel_manager(socket_dir: str):
+    """The kernel manager papermill starts the kernel with: kernel and client talk over Unix socket files in
+    ``socket_dir`` (ZeroMQ's ``ipc`` transport) instead of TCP ports on localhost.
+
+    jupyter_client picks a kernel's five TCP ports by binding port 0 and letting it go; the kernel binds them a
+    moment later. Two kernels started at once by separate processes (``acl run --jobs 2``: seeds side by side)
+    can be handed the same port, and one kernel then fails to bind or receives the other's messages
+    (jupyter_client#487, papermill#511). Files in a directory of their own cannot collide."""
+    from jupyter_client import AsyncKernelManager
+
+    class SocketFileKernelManager(AsyncKernelManager):
+        # traitlets' dynamic defaults, named as jupyter_client's own (ConnectionFileMixin._ip_default)
+        def _transport_default(self) -> str:
+            return "ipc"
+
+        def _ip_default(self) -> str:
+            return os.path.join(socket_dir, "kernel")
+
+    return SocketFileKernelManager
 
 
 def interrupted_message(notebook: str | Path, output: str | Path) -> str:
@@ -267,8 +302,8 @@ class _Stopper:
     GRACE_S = 5.0
     EXIT_AFTER_S = 5.0
 
-    def __init__(self, notebook: str | Path, output: Path) -> None:
-        self.notebook, self.output = Path(notebook), output
+    def __init__(self, notebook: str | Path, output: Path, socket_dir: str | None = None) -> None:
+        self.notebook, self.output, self.socket_dir = Path(notebook), output, socket_dir
         self.requested = False
         self._previous = None
         self._done = threading.Event()  # set when execute() returns: the watchdog has nothing left to do
@@ -305,6 +340,8 @@ class _Stopper:
     def _abort(self) -> None:
         processes.kill_children()
         _mark_interrupted(self.output)
+        if self.socket_dir:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
         try:
             print("\n" + interrupted_message(self.notebook, self.output), file=sys.stderr, flush=True)
             sys.stdout.flush()

@@ -31,19 +31,6 @@ def _acl_log_handlers_per_test():
             acl.removeHandler(h)
 
 
-@pytest.fixture(autouse=True)
-def _png_decision_per_test():
-    """Each test starts with the ``ACL_PNG*`` variables as they were before it: an ``acl run`` called in the test's
-    own process decides PNG export once and writes the answer into ``os.environ`` for its children
-    (``cli._decide_png``), and a later test's child ``acl run`` would inherit it and stay quiet about the browser it
-    did not look for (two tests failed that way, depending on which worker ran what before them)."""
-    before = {k: v for k, v in os.environ.items() if k.startswith("ACL_PNG")}
-    yield
-    for k in [k for k in os.environ if k.startswith("ACL_PNG")]:
-        del os.environ[k]
-    os.environ.update(before)
-
-
 def child_env() -> dict[str, str]:
     """Environment for subprocesses: one thread each (the test machines have 2 shared cores)."""
     env = dict(os.environ)

@@ -206,7 +206,12 @@ def test_run_executes_12_once_after_every_seed_and_13_only_with_only(tmp_path, m
                         lambda nb, output, params, **kw: calls.append((Path(nb).name[:2], Path(output), params)))
     base = ["run", "--profile", "smoke", "--notebooks-dir", str(nb_dir), "--papermill-dir", str(pm),
             "--output-dir", str(out)]
+    for k in [k for k in os.environ if k.startswith("ACL_PNG")]:
+        monkeypatch.delenv(k)
     assert main([*base, "--seeds", "0", "1"]) == 0
+    # the PNG decision handed to the kernels lasted the run only: it leaves nothing in this process's environment
+    # for a later child to inherit (a later test's child run once stayed quiet about the browser it did not seek)
+    assert not [k for k in os.environ if k.startswith("ACL_PNG")]
     assert [(c[0], c[2]["seed"], c[2].get("seeds")) for c in calls] == [
         ("00", 0, None), ("01", 0, None), ("00", 1, None), ("01", 1, None), ("12", 0, [0, 1])]
     assert calls[-1][1] == pm.resolve() / "smoke" / "12_final_tables.ipynb"

@@ -95,8 +95,11 @@ def test_a_failing_seed_lets_the_other_finish_and_skips_the_final_tables(tmp_pat
 def test_ctrl_c_stops_every_seed_and_leaves_no_process(tmp_path):
     nb_dir = _notebooks(tmp_path / "nb", [
         "import json, os, time\n"
+        "from ipykernel.connect import get_connection_info\n"
         "cfg.seed_dir().mkdir(parents=True, exist_ok=True)\n"
-        "(cfg.seed_dir() / 'kernel.json').write_text(json.dumps({'pid': os.getpid()}))\n"
+        "conn = get_connection_info(unpack=True)\n"
+        "(cfg.seed_dir() / 'kernel.json').write_text(json.dumps({'pid': os.getpid(), "
+        "'connection': {'transport': conn['transport'], 'ip': conn['ip']}}))\n"
         "time.sleep(600)",
     ])
     out, pm = tmp_path / "out", tmp_path / "pm"
@@ -112,6 +115,13 @@ def test_ctrl_c_stops_every_seed_and_leaves_no_process(tmp_path):
         assert proc.poll() is None and time.time() < deadline, "the kernels never started"
         time.sleep(0.2)
     tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    # the two kernels started at once: each talks over socket files in a directory of its own, not over TCP
+    # ports, which two processes starting kernels at the same moment can both be handed (a kernel then got the
+    # other's messages: "DELIM not in msg_list", "Address already in use")
+    sockets = [Path(json.loads(m.read_text())["connection"]["ip"]).parent for m in markers]
+    conns = [json.loads(m.read_text())["connection"] for m in markers]
+    assert [c["transport"] for c in conns] == ["ipc", "ipc"] and sockets[0] != sockets[1], conns
+    assert all(d.is_dir() for d in sockets)
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: the foreground group, here acl alone
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stdout[-3000:] + stderr[-3000:]
@@ -123,6 +133,7 @@ def test_ctrl_c_stops_every_seed_and_leaves_no_process(tmp_path):
     time.sleep(2)  # a kernel exits about a second after its parent
     alive = [pid for pid in tree if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"left running: {alive}"
+    assert not any(d.exists() for d in sockets), "a kernel's socket directory was left behind"
 
 
 def _timed(name: str, sleep: float) -> list[str]:
