@@ -256,11 +256,18 @@ def execute(
 
 def _kernel_socket_dir() -> str:
     """A fresh private directory (0700) for one kernel's socket files: a short path, as a Unix socket's is
-    limited to about 100 bytes."""
+    limited to about 100 bytes. Its name carries this process's id: the directories of processes that died
+    without cleaning up (SIGKILL) are removed here, those of live ones never."""
+    import psutil
+
     base = tempfile.gettempdir()
     if len(base) > 60 and os.path.isdir("/tmp"):
         base = "/tmp"
-    return tempfile.mkdtemp(prefix="acl-kernel-", dir=base)
+    for old in Path(base).glob("acl-kernel-*-*"):
+        pid = old.name.split("-")[2]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"acl-kernel-{os.getpid()}-", dir=base)
 
 
 def _socket_file_kernel_manager(socket_dir: str):

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -128,6 +129,8 @@ def test_kill_mid_notebook_then_rerun_completes_and_third_run_skips(tmp_path):
     while not (run_dir / RUNNING).exists():
         assert proc.poll() is None and time.time() < deadline, "the notebook never started its run"
         time.sleep(0.1)
+    sockets = list(Path(tempfile.gettempdir()).glob(f"acl-kernel-{proc.pid}-*"))  # the kernel's socket files
+    assert len(sockets) == 1, sockets
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     # the kernel (its own session) notices its parent is gone and exits within about a second
@@ -135,6 +138,7 @@ def test_kill_mid_notebook_then_rerun_completes_and_third_run_skips(tmp_path):
     while disk_status(run_dir) == "running" and time.time() < deadline:
         time.sleep(0.2)
     assert disk_status(run_dir) == "failed" and not (run_dir / COMPLETE).exists()
+    assert sockets[0].exists()  # nothing cleans up after SIGKILL ...
 
     # 2. run again: completes, with the venv's python
     t = time.perf_counter()
@@ -142,6 +146,7 @@ def test_kill_mid_notebook_then_rerun_completes_and_third_run_skips(tmp_path):
     t_second = time.perf_counter() - t
     assert res.returncode == 0, res.stderr[-3000:]
     assert disk_status(run_dir) == "complete"
+    assert not sockets[0].exists()  # ... the next notebook's start removes the dead process's socket directory
     result = json.loads((run_dir / "result.json").read_text())
     # the kernel runs this venv's interpreter (python and python3 are the same file in a venv)
     assert result["seed"] == 0
