@@ -36,32 +36,23 @@ EXIT_USAGE = 2
 _PNG_HINT_SHOWN = "ACL_PNG_HINT_SHOWN"
 
 
-def _decide_png() -> None:
-    """Decide once (bounded in time) whether figures get PNG copies, hand the answer to every child process through
-    the environment, and say once why not: a parent that already said it (``acl run --jobs``) keeps its children
-    quiet. Only inside ``_png_decided``, which gives the environment back as it was."""
-    import os
-
-    from acl_lib import png_export
-
-    png = png_export.environment_for_children()
-    os.environ.update(png)
-    if png[png_export.PNG_ENV] == "0" and not os.environ.get(_PNG_HINT_SHOWN):
-        print(png_export.hint(png[png_export.WHY_ENV]), flush=True)
-        os.environ[_PNG_HINT_SHOWN] = "1"
-
-
 @contextmanager
 def _png_decided() -> Iterator[None]:
-    """The environment that ``_decide_png`` hands to kernels and child runs, for the length of one ``acl run``,
-    then restored: an ``acl run`` called in-process (``main([...])``) leaves no decision behind for the caller's
-    later children."""
+    """For the length of one ``acl run``: decide once (bounded in time) whether figures get PNG copies, hand the
+    answer to every kernel and child run through the environment, and say once why not (a parent that already said
+    it, ``acl run --jobs``, keeps its children quiet); then give the environment back as it was, so that an
+    ``acl run`` called in-process (``main([...])``) leaves no decision behind for the caller's later children."""
     import os
 
     from acl_lib import png_export
 
     keys = (png_export.PNG_ENV, png_export.WHY_ENV, _PNG_HINT_SHOWN)
     saved = {k: os.environ.get(k) for k in keys}
+    png = png_export.environment_for_children()
+    os.environ.update(png)
+    if png[png_export.PNG_ENV] == "0" and not os.environ.get(_PNG_HINT_SHOWN):
+        print(png_export.hint(png[png_export.WHY_ENV]), flush=True)
+        os.environ[_PNG_HINT_SHOWN] = "1"
     try:
         yield
     finally:
@@ -379,11 +370,10 @@ def cmd_run(args) -> int:
         if problem:
             _err(problem)
             return EXIT_USAGE
-        if args.jobs == 1:
-            with _png_decided():
-                return _run_notebooks(args, cfgs, notebooks, overrides)
-        over_seeds = [nb for nb in notebooks if nbs.across_seeds(nb)]
         with _png_decided():
+            if args.jobs == 1:
+                return _run_notebooks(args, cfgs, notebooks, overrides)
+            over_seeds = [nb for nb in notebooks if nbs.across_seeds(nb)]
             rc = _run_side_by_side(args, cfgs, notebooks, overrides)
             return rc or (_run_notebooks(args, cfgs, over_seeds, overrides) if over_seeds else 0)
 
@@ -530,7 +520,6 @@ def _run_side_by_side(args, cfgs: dict, notebooks: list[Path], overrides: list[s
     per_seed = [nb for nb in notebooks if not nbs.across_seeds(nb)]
     if not per_seed:
         return 0
-    _decide_png()  # the browser probe once, for every child
     seeds = list(args.seeds)
     budget = cfgs[seeds[0]].torch_threads or available_cpus()
     units = [(seed, nb) for seed in seeds for nb in per_seed]
@@ -583,7 +572,6 @@ def _run_notebooks(args, cfgs: dict, notebooks: list[Path], overrides: list[str]
 
     # per seed, every notebook in prefix order; then the final tables once over all the seeds (nbs.plan_jobs)
     jobs = nbs.plan_jobs(notebooks, args.seeds)
-    _decide_png()  # whether figures get PNG copies, decided once here and handed to every kernel
     t0 = time.time()
     skipped = 0
     for i, job in enumerate(jobs, 1):

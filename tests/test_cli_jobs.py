@@ -118,8 +118,8 @@ def test_ctrl_c_stops_every_seed_and_leaves_no_process(tmp_path):
     # the two kernels started at once: each talks over socket files in a directory of its own, not over TCP
     # ports, which two processes starting kernels at the same moment can both be handed (a kernel then got the
     # other's messages: "DELIM not in msg_list", "Address already in use")
-    sockets = [Path(json.loads(m.read_text())["connection"]["ip"]).parent for m in markers]
     conns = [json.loads(m.read_text())["connection"] for m in markers]
+    sockets = [Path(c["ip"]).parent for c in conns]
     assert [c["transport"] for c in conns] == ["ipc", "ipc"] and sockets[0] != sockets[1], conns
     assert all(d.is_dir() for d in sockets)
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: the foreground group, here acl alone
