@@ -31,7 +31,15 @@ from acl_lib.final import FinalData
 from acl_lib.pipeline import checkpoint_names
 from acl_lib.progress import fmt_duration
 from acl_lib.runs import CONFIG, SUPERSEDED
-from acl_lib.views import BENCH_ORDER, completion_records, forgetting_frame, load_scores, md_table, paper_results
+from acl_lib.views import (
+    BENCH_ORDER,
+    completion_records,
+    forgetting_frame,
+    load_scores,
+    load_standard_errors,
+    md_table,
+    paper_results,
+)
 
 __all__ = [
     # the HTML report and ``acl report``
@@ -201,6 +209,14 @@ def sampling_text(cfg) -> str:
         own.append(f"{key}: {benchmark_size(cfg, BENCHMARKS[key])} tasks, avg@{k} at {t:g}")
     return text + ("; " + "; ".join(own) if own else "")
 
+
+def _largest_se(se: Mapping[str, Mapping[str, float | None]], benchmark: str) -> str:
+    """The largest standard error of ``benchmark`` over the runs of ``se`` (:func:`load_standard_errors`), "-"
+    where none is known."""
+    known = [v[benchmark] for v in se.values() if v.get(benchmark) is not None]
+    return f"{max(known):.1f}" if known else "-"
+
+
 def one_seed_markdown(cfg) -> str:
     """The README's results for the run store of ``cfg`` (profile, seed): every checkpoint's
     scores (this stage's own benchmark in bold), the study's in-domain figures beside the final and the
@@ -222,10 +238,13 @@ def one_seed_markdown(cfg) -> str:
             v = s.get(b)
             row.append("-" if v is None else (f"**{v:.1f}**" if own.get(run) == b else f"{v:.1f}"))
         rows.append(row)
+    se = load_standard_errors(cfg.seed_dir(), list(scores))
+    rows.append(["± (largest SE)"] + [_largest_se(se, b) for b in BENCH_ORDER])
     out = [f"Profile `{cfg.profile}`, seed {cfg.seed}, world seed {cfg.worlds.seed}; runs finished "
            f"{min(done)[:10]} to {max(done)[:10]}; code {', '.join(sorted(codes))}. Scores in percent "
            f"({cfg.worlds.n_test} in-domain and {cfg.worlds.n_ood} out-of-domain tasks per benchmark, "
-           f"{sampling_text(cfg)}); in bold, the benchmark the run trained for.", "",
+           f"{sampling_text(cfg)}); in bold, the benchmark the run trained for; the last row, the largest binomial "
+           f"standard error of a score in its column (points, n tasks x k samples; `acl_lib.noise`).", "",
            md_table(["run"] + BENCH_ORDER, rows), ""]
     paper = paper_results()["main_table"]
     seq = [n for n in names if n.startswith("seq")]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from acl_lib import curriculum, final, findings, report
+from acl_lib import curriculum, final, findings, noise, report, views
 from acl_lib import notebooks as nbs
 from acl_lib.views import paper_results
 
@@ -321,6 +321,9 @@ def test_readme_results_section_with_seeds_and_orders(tmp_path):
     assert "### Over seeds 0, 1 (notebook 12)" in body and "40.5 ± 0.7 (25.8)" in body  # seq_math aime26: 40, 41
     assert "### Curriculum orders (notebook 13, seed 0)" in body
     assert "finished 2026-12-02 to 2026-12-02; code abc." in body
+    se_row = next(x for x in body.splitlines() if x.startswith("| ± (largest SE) |")).strip("| ").split(" | ")
+    aime = max(noise.binomial_se(_jitter(sc, 0)["aime26"], 32, 1) for sc in STUDY_LIKE.values())
+    assert se_row[1 + views.BENCH_ORDER.index("aime26")] == f"{aime:.1f}"  # seed 0's runs, 32 tasks x 1 sample
     assert "Not scored yet: seq1_search, seq2_search-ecom" in body  # the study's order is scored, the others not
 
 
