@@ -266,6 +266,8 @@ def one_seed_markdown(cfg) -> str:
             theirs = paper.get(run) or {}
             rows.append([run] + [f"{s.get(b, float('nan')):.1f}" + (f" ({theirs[b]:.1f})" if b in theirs else "")
                                  for b in IN_DOMAIN.values()])
+        se = load_standard_errors(cfg.seed_dir(), [last, *consolidations])
+        rows.append(["± (largest SE)"] + [_largest_se(se, b) for b in IN_DOMAIN.values()])
         out += ["The consolidations of `seq_final` and MLE (notebooks 08-11; the study's figure in parentheses where "
                 "it reports one):", "", md_table(["run"] + list(IN_DOMAIN.values()), rows), ""]
     lifts = []

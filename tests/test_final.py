@@ -305,7 +305,7 @@ def test_readme_results_section_with_seeds_and_orders(tmp_path):
     overrides = [f"output_dir={out}"]
     for s in (0, 1):
         d = out / "smoke" / f"seed{s}"
-        for run, sc in STUDY_LIKE.items():
+        for run, sc in {**STUDY_LIKE, "mmopd": STUDY_LIKE["seq_math"]}.items():
             write_metrics(d, run, _jitter(sc, s))
             for rel in (run, f"{run}/eval"):
                 (d / rel / "COMPLETE.json").write_text(json.dumps({"finished_at": "2026-12-02T00:00:00+00:00",
@@ -324,6 +324,8 @@ def test_readme_results_section_with_seeds_and_orders(tmp_path):
     se_row = next(x for x in body.splitlines() if x.startswith("| ± (largest SE) |")).strip("| ").split(" | ")
     aime = max(noise.binomial_se(_jitter(sc, 0)["aime26"], 32, 1) for sc in STUDY_LIKE.values())
     assert se_row[1 + views.BENCH_ORDER.index("aime26")] == f"{aime:.1f}"  # seed 0's runs, 32 tasks x 1 sample
+    consolidated = body.split("The consolidations of `seq_final`")[1].split("\n\n")[1]  # the table after it
+    assert consolidated.splitlines()[-1].startswith("| ± (largest SE) |")  # that table shows its precision too
     assert "Not scored yet: seq1_search, seq2_search-ecom" in body  # the study's order is scored, the others not
 
 
