@@ -274,6 +274,32 @@ def trajectory_frame(data: FinalData, benchmarks: Sequence[str] | None = None, e
     return _score_frame(data, rows, data.study.get("sequential", {}), benchmarks or BENCH_ORDER, error=error)
 
 
+def lifts_frame(data: FinalData):
+    """Each stage and each oracle on its own in-domain benchmark against the checkpoint it started from (a
+    stage: the stage before it, the first one the base; an oracle: the base), per seed, with the mean and the
+    smallest lift over the seeds that have both. Rows in curriculum order, stages first; a run or a start missing
+    at a seed leaves that seed's cell empty (NaN)."""
+    import pandas as pd
+
+    rows = []
+    starts = [(run, prev, d) for prev, run, d in zip(data.seq_runs, data.seq_runs[1:], data.curriculum)]
+    starts += [(f"oracle_{d}", data.seq_runs[0], d) for d in data.curriculum]
+    for run, start, d in starts:
+        b = IN_DOMAIN[d]
+        rec = {"run": run, "from": start, "benchmark": b}
+        lifts = []
+        for seed in data.seeds:
+            after, before = data.row(run).get(seed, {}).get(b), data.row(start).get(seed, {}).get(b)
+            lift = after - before if has_value(after) and has_value(before) else float("nan")
+            rec[f"seed {seed}"] = lift
+            lifts.append(lift)
+        known = [x for x in lifts if x == x]
+        rec["mean"] = sum(known) / len(known) if known else float("nan")
+        rec["smallest"] = min(known) if known else float("nan")
+        rows.append(rec)
+    return pd.DataFrame(rows).set_index("run")
+
+
 def main_rows(data: FinalData) -> list[tuple[str, str]]:
     """The main table's rows in the study's layout: oracles, seq_final, MMOPD, SDFT, the merges, MLE."""
     return [*[(o, o) for o in data.oracles], ("seq_final", data.final_run), ("mmopd", "mmopd"), ("sdft", "sdft"),

@@ -313,6 +313,14 @@ def final_tables_markdown(data: FinalData, provenance: str = "") -> str:
            table(final.trajectory_frame(data, ids), ids), "",
            "The main table, in-domain (out-of-domain columns are in notebook 12 and the report):", "",
            table(final.main_frame(data, "in_domain"), [*ids, "in-domain mean"]), ""]
+    lifts = final.lifts_frame(data)
+    seed_cols = [f"seed {s}" for s in data.seeds]
+    signed = lambda v: "-" if v != v else f"{v:+.1f}"  # noqa: E731  NaN: a run or its start is missing
+    out += ["Each stage and each oracle on its own benchmark, points over the checkpoint it started from (a stage: "
+            "the stage before it; an oracle: the base, so its lift is the base's gap below it):", "",
+            md_table(["run", "benchmark", "from", *seed_cols, "mean", "smallest"],
+                     [[run, r["benchmark"], r["from"], *(signed(r[c]) for c in seed_cols), signed(r["mean"]),
+                       signed(r["smallest"])] for run, r in lifts.iterrows()]), ""]
     rows = findings.judge(data)
     esc = lambda v: str(v).replace("|", "\\|")  # noqa: E731  a rule may write |cosine|
     out += [f"The study's findings, judged by the rules of `acl_lib.findings` ({findings.verdict_summary(rows)}):", "",
@@ -323,6 +331,41 @@ def final_tables_markdown(data: FinalData, provenance: str = "") -> str:
         out += ["", "Missing for some seeds: " + "; ".join(f"{w} (seeds {', '.join(map(str, s))})"
                                                           for w, s in data.missing.items()) + "."]
     return "\n".join(out)
+
+
+def seeds_reading(data: FinalData, rows: list[dict] | None = None) -> str:
+    """What the runs over the seeds show, in a few sentences computed from them (notebook 12's reading): each
+    stage's and oracle's lift on its own benchmark (mean, smallest), each in-domain benchmark along the sequence,
+    the verdicts of the findings (``rows``: :func:`acl_lib.findings.judge`'s, judged here when not given) and the
+    in-domain means of ``seq_final`` and the consolidations. Means over the seeds that have each run."""
+    if not data.has(data.final_run):
+        return "*The sequence has not been scored for any seed yet: run notebooks 00-04 first.*"
+    lifts = final.lifts_frame(data)
+    kinds = [("stage", [r for r in lifts.index if not r.startswith("oracle_")]),
+             ("oracle, over the base,", [r for r in lifts.index if r.startswith("oracle_")])]
+    lines = []
+    for kind, runs in kinds:
+        cells = [f"{lifts.loc[r, 'benchmark']} {lifts.loc[r, 'mean']:+.1f} (smallest {lifts.loc[r, 'smallest']:+.1f})"
+                 for r in runs if lifts.loc[r, "mean"] == lifts.loc[r, "mean"]]
+        if cells:
+            lines.append(f"- **Each {kind} on its own benchmark**, mean over the seeds: " + "; ".join(cells) + ".")
+    along = []
+    for b in final.IN_DOMAIN_BENCHMARKS:
+        steps = [f"{data.mean(r, b):.1f} ({r})" for r in data.seq_runs if data.mean(r, b) is not None]
+        along.append(f"{b} " + " -> ".join(steps))
+    lines.append("- **Along the sequence** (means): " + "; ".join(along) + ".")
+    rows = rows if rows is not None else findings.judge(data)
+    by_verdict = {v: [r["finding"] for r in rows if r["verdict"] == v] for v in findings.VERDICTS}
+    lines.append("- **The findings**: " + "; ".join(f"{v}: {', '.join(ids)}" for v, ids in by_verdict.items() if ids)
+                 + " (the table above says what each rule saw).")
+    means = []
+    for label, run in [("seq_final", data.final_run), *((m, m) for m in (*final.CONSOLIDATIONS, *final.MLE_RUNS))]:
+        per_benchmark = [data.mean(run, b) for b in final.IN_DOMAIN_BENCHMARKS]
+        if data.has(run) and None not in per_benchmark:
+            means.append(f"{label} {sum(per_benchmark) / len(per_benchmark):.1f}")
+    if means:
+        lines.append("- **In-domain means**: " + ", ".join(means) + ".")
+    return f"**What these runs show** (seeds {', '.join(map(str, data.seeds))})\n\n" + "\n".join(lines)
 
 
 RESULTS_BEGIN = "<!-- results:begin"

@@ -282,6 +282,29 @@ def test_final_tables_markdown_shows_mean_std_the_study_verdicts_and_what_is_mis
     assert "Missing for some seeds: " in text and "seq_if (seeds 2)" in text
 
 
+def test_lifts_over_the_checkpoint_each_run_started_from():
+    rows = {r: {s: _jitter(v, 3.0 * s if r == "seq_search" else 0.0) for s in (0, 1, 2)}
+            for r, v in STUDY_LIKE.items()}
+    rows["oracle_if"].pop(1)  # one seed's oracle missing
+    lifts = final.lifts_frame(make_data(rows))
+    assert list(lifts.index) == [*SEQ[1:], "oracle_math", "oracle_search", "oracle_ecom", "oracle_if"]
+    search = lifts.loc["seq_search"]  # nq 10 -> 45 (+35), seeds 1, 2 three and six points higher
+    assert (search["from"], search["benchmark"]) == ("seq_math", "nq")
+    assert [search[f"seed {s}"] for s in (0, 1, 2)] == [35.0, 38.0, 41.0]
+    assert (search["mean"], search["smallest"]) == (38.0, 35.0)
+    assert lifts.loc["seq_ecom", "seed 0"] == 30.0 and lifts.loc["oracle_ecom", "from"] == "base"
+    oracle_if = lifts.loc["oracle_if"]  # ifeval 20 -> 85 at seeds 0 and 2; seed 1 has no oracle
+    assert oracle_if["seed 1"] != oracle_if["seed 1"] and (oracle_if["mean"], oracle_if["smallest"]) == (65.0, 65.0)
+    text = report.final_tables_markdown(make_data(rows))
+    assert "| oracle_if | ifeval | base | +65.0 | - | +65.0 | +65.0 | +65.0 |" in text
+    reading = report.seeds_reading(make_data(rows))  # notebook 12's reading, computed from the same runs
+    assert "nq +38.0 (smallest +35.0)" in reading and "ifeval +65.0 (smallest +65.0)" in reading
+    assert "aime26 5.0 (base) -> 40.0 (seq_math) -> 41.0 (seq_search) -> 10.0 (seq_ecom) -> 12.0 (seq_if)" in reading
+    verdicts = findings.judge(make_data(rows))
+    assert all(r["finding"] in reading for r in verdicts) and "In-domain means**: seq_final 37.5" in reading
+    assert "not been scored" in report.seeds_reading(make_data({"base": rows["base"]}))
+
+
 def test_curriculum_markdown_puts_each_domain_at_its_position():
     order_b = ["search", "ecom", "if", "math"]
     sc_b = {"base": _scores(5, 10, 0, 20), "seq_math": _scores(5, 40, 0, 20), "seq_search": _scores(5, 12, 30, 20),
