@@ -147,6 +147,8 @@ def default_tables(data: FinalData) -> dict:
         "findings": (f"Findings F1-F8: verdicts computed from the numbers ({findings.NOISE_FLOOR})",
                      findings.findings_frame(data)),
         "trajectory": ("The sequential trajectory", final.trajectory_frame(data)),
+        "lifts": ("Each stage and oracle on its own benchmark, points over the checkpoint it started from",
+                  final.lifts_frame(data)),
         "main-in-domain": ("Main table, in-domain", final.main_frame(data, "in_domain")),
         "main-ood": ("Main table, out of domain", final.main_frame(data, "ood")),
         "cl-metrics": ("Continual-learning metrics", final.cl_frame(data)),

@@ -160,7 +160,7 @@ def test_write_report_structure(tmp_path):
     doc = _Doc()
     doc.feed(text)
     assert doc.title.startswith("ACLArena suite: final report (profile smoke, seeds 0, 1)")
-    assert {"findings", "trajectory", "main-in-domain", "main-ood", "cl-metrics", "missing"} <= set(doc.tables)
+    assert {"findings", "trajectory", "lifts", "main-in-domain", "main-ood", "cl-metrics", "missing"} <= set(doc.tables)
     assert "figure-0" in doc.divs and "figure-1" in doc.divs
     assert text.count("Plotly.newPlot") >= 2 and "<script src=" not in text  # plotly.js inlined: opens offline
     assert len(doc.links) == 3
