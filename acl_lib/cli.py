@@ -441,6 +441,8 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
             r.start()
         running[unit] = (proc, readers)
 
+    t0 = time.time()
+
     def reap() -> None:
         for unit, (proc, readers) in list(running.items()):
             if proc.poll() is not None:
@@ -448,6 +450,13 @@ def _children_side_by_side(units: list, after: dict, command, tag, jobs: int, bu
                     r.join()
                 results[unit] = proc.returncode
                 del running[unit]
+                # where the whole run stands, for a person watching a run of hours
+                how = "done" if proc.returncode == 0 else f"exit {proc.returncode}"
+                done = sum(rc == 0 for rc in results.values())
+                now = ", ".join(tag(u) for u in running) or "nothing"
+                with out_lock:
+                    print(f"acl run: [{tag(unit)}] {how} · {done} of {len(units)} notebooks done · "
+                          f"{fmt_duration(time.time() - t0)} elapsed · still running: {now}", flush=True)
 
     def blocked(unit) -> bool:
         """A prerequisite of ``unit`` failed, or will never run (it was itself dropped)."""

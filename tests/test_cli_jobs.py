@@ -59,6 +59,11 @@ def test_two_seeds_side_by_side_then_the_final_tables_then_nothing_to_redo(tmp_p
     assert "up to 2 at a time, 4 torch thread(s) shared" in res.stdout
     assert res.stdout.count("no PNG copies") == 1, res.stdout  # said once by the parent, not again by each seed
     assert "[seed 0 · 00] [1/1] 00_record.ipynb" in res.stdout and "[seed 1 · 00] [1/1] 00_record.ipynb" in res.stdout
+    # where the whole run stands, each time a notebook ends
+    first, second = [line for line in res.stdout.splitlines() if " notebooks done · " in line]
+    assert " done · 1 of 2 notebooks done · " in first, first
+    assert first.split("still running: ")[1] in ("seed 0 · 00", "seed 1 · 00"), first
+    assert " done · 2 of 2 notebooks done · " in second and second.endswith("still running: nothing"), second
 
     rec = {s: json.loads((out / "smoke" / f"seed{s}" / "record.json").read_text()) for s in (0, 1)}
     assert rec[0]["threads"] == rec[1]["threads"] == 2  # the budget of 4 divided between two seeds
