@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from acl_lib import pipeline
+from acl_lib import noise, pipeline
 from acl_lib.consolidate import figures, merging
 from acl_lib.consolidate.merging import MergeSpec, merge_checkpoints, merge_tensor
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
@@ -328,3 +328,11 @@ def test_a_notebooks_comparison_holds_only_the_runs_it_names(smoke_cfg):
                                                                             "seq_final"]
     assert sorted(figures.comparison_scores(smoke_cfg, ["mmopd", "sdft", "merge_ties_unscored"])) == [
         "mmopd", "oracle_math", "sdft", "seq_final"]
+    # the same rows with their standard errors (written, or from n_tasks and k), and the table that shows them
+    (smoke_cfg.seed_dir() / "mmopd" / "eval" / "metrics.json").write_text(json.dumps(
+        {"scores": {"nq": 25.0}, "n_tasks": {"nq": 32}, "k": 1}))
+    se = figures.comparison_standard_errors(smoke_cfg, ["mmopd"])
+    assert sorted(se) == ["mmopd", "oracle_math", "seq_final"] and se["seq_final"]["nq"] is None  # no task count
+    assert se["mmopd"]["nq"] == pytest.approx(noise.binomial_se(25.0, 32, 1))
+    frame = figures.comparison_frame(figures.comparison_scores(smoke_cfg, ["mmopd"]), {}, se=se)
+    assert frame.loc["mmopd", ("nq", "ours")] == f"25.0 ± {noise.binomial_se(25.0, 32, 1):.1f}"

@@ -12,9 +12,15 @@ from collections.abc import Mapping, Sequence
 from acl_lib import pipeline
 from acl_lib.config import setting_text
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
-from acl_lib.views import load_scores, scores_frame
+from acl_lib.views import load_scores, load_standard_errors, scores_frame
 
 OTHER_CONSOLIDATIONS = ("mmopd", "sdft")  # the distillations (notebooks 08, 09)
+
+
+def _comparison_rows(cfg, runs: Sequence[str], oracles: bool) -> tuple[str, list[str]]:
+    """The last stage's run name and the runs a comparison table reads: that stage, ``runs``, the oracles."""
+    final = pipeline.sequential_run(cfg, len(cfg.pipeline.curriculum)).name
+    return final, [final, *runs, *([f"oracle_{d}" for d in cfg.pipeline.curriculum] if oracles else [])]
 
 
 def comparison_scores(cfg, runs: Sequence[str], oracles: bool = True) -> dict[str, dict[str, float]]:
@@ -22,17 +28,21 @@ def comparison_scores(cfg, runs: Sequence[str], oracles: bool = True) -> dict[st
     are left out. Only the runs named: under ``acl run --jobs`` notebooks 08-10 run side by side, so a table that
     took whatever other consolidation was already scored would depend on the schedule. Every consolidation is
     beside every other in the final tables (notebook 12), which run after every seed's notebooks."""
-    final = pipeline.sequential_run(cfg, len(cfg.pipeline.curriculum)).name
-    names = [final, *runs]
-    if oracles:
-        names += [f"oracle_{d}" for d in cfg.pipeline.curriculum]
-    found = load_scores(cfg.seed_dir(), names)
-    return {("seq_final" if n == final else n): s for n, s in found.items()}
+    final, names = _comparison_rows(cfg, runs, oracles)
+    return {("seq_final" if n == final else n): s for n, s in load_scores(cfg.seed_dir(), names).items()}
 
 
-def comparison_frame(scores: Mapping[str, Mapping[str, float]], study: Mapping[str, Mapping]):
-    """One row per checkpoint, two columns per benchmark (ours, the study's ``main_table``)."""
-    return scores_frame(dict(scores), dict(study))
+def comparison_standard_errors(cfg, runs: Sequence[str], oracles: bool = True) -> dict[str, dict[str, float | None]]:
+    """The binomial standard error (points) of each score :func:`comparison_scores` reads, rows named alike."""
+    final, names = _comparison_rows(cfg, runs, oracles)
+    return {("seq_final" if n == final else n): s for n, s in load_standard_errors(cfg.seed_dir(), names).items()}
+
+
+def comparison_frame(scores: Mapping[str, Mapping[str, float]], study: Mapping[str, Mapping],
+                     se: Mapping[str, Mapping[str, float | None]] | None = None):
+    """One row per checkpoint, two columns per benchmark (ours, the study's ``main_table``); with ``se``
+    (:func:`comparison_standard_errors`) our cells read ``score ± se``."""
+    return scores_frame(dict(scores), dict(study), se=dict(se) if se is not None else None)
 
 
 def comparison_figure(scores: Mapping[str, Mapping[str, float]], study: Mapping[str, Mapping],
