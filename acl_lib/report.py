@@ -370,6 +370,118 @@ def seeds_reading(data: FinalData, rows: list[dict] | None = None) -> str:
     return f"**What these runs show** (seeds {', '.join(map(str, data.seeds))})\n\n" + "\n".join(lines)
 
 
+# The mini regime before the mid-trained base (a text-only base, every stage taught by SFT; three seeds; the
+# measurements are in docs/mini-calibration.md): the column the regime table keeps for comparison. Fixed history.
+REGIME_BEFORE = {
+    "the base": "6.2 / 0 / 6.2 / 12.5",
+    "how a stage trains": "every stage an SFT cold start (math 800 steps), then 4-10 GRPO steps",
+    "each stage on its benchmark, from its start": "+53 / +25 / +25 / +25",
+    "each oracle over the base": "+51 / +19 / +7 / +24",
+    "SFT/RL displacement (L2)": "58.6 ± 6.7x",
+    "forgetting": "total: every domain back to 0",
+    "low-entropy positions that keep their token": "28%",
+    "consolidations, in-domain mean": "seq_final 9.1; only merging above it (11.5)",
+    "MLE against the oracles": "9.6 against oracles of 13.5-57.3",
+    "findings reproduced": "F1, F5, F6 under the old, lax rules",
+}
+# The study's side of the rows the paper_results.yaml figures do not give as numbers.
+REGIME_STUDY = {
+    "how a stage trains": "math, IF: RL; search, e-commerce: short cold start, then RL",
+    "SFT/RL displacement (L2)": "3-7x",
+    "forgetting": "partial, non-monotonic (AIME 25.8 -> 6.0 -> 10.2)",
+    "low-entropy positions that keep their token": "~94%",
+}
+
+
+def _run_config(seed_dir: Path, run: str) -> dict:
+    """The resolved config a run of the store ran with (its ``config.yaml``), or {}."""
+    import yaml
+
+    path = Path(seed_dir) / run / CONFIG
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def recipe_text(seed_dir: Path, seq_runs: Sequence[str], curriculum: Sequence[str]) -> str:
+    """How each stage of the store trained, from its runs' ``config.yaml`` and ``stage.json``: ``math: GRPO 300 x
+    64; search: cold start 80 SFT steps, then GRPO 80 x 16; ...`` (steps x completions a step)."""
+    parts = []
+    for run, d in zip(seq_runs[1:], curriculum):
+        conf = _run_config(seed_dir, run)
+        stage = Path(seed_dir) / run / "stage.json"
+        cold = json.loads(stage.read_text()).get("cold_start") if stage.is_file() else None
+        if not conf:
+            continue
+        grpo, sft = conf.get("grpo", {}), conf.get("sft", {})
+        lr = f"{grpo.get('learning_rate'):.0e}".replace("e-0", "e-")
+        text = f"GRPO {grpo.get('max_steps')} x {grpo.get('batch_size')} at lr {lr}"
+        if grpo.get("beta"):
+            text += f", KL {grpo['beta']:g}"
+        if cold:
+            text = f"cold start {sft.get('max_steps')} SFT steps, then {text}"
+        parts.append(f"{d}: {text}")
+    return "; ".join(parts)
+
+
+def regime_markdown(data: FinalData, seed_dir: Path) -> str:
+    """The regime table: the study, the mini regime before the mid-trained base (:data:`REGIME_BEFORE`) and the
+    runs of ``data`` (the base's in-domain scores, the recipe the store's stages ran, each stage's and oracle's
+    lift, the findings' measurements of F5, F1, F3 and F7, the consolidations' in-domain means and the verdicts),
+    means over the seeds. ``seed_dir``: a seed of the store, whose runs' configs give the recipe."""
+    ids = final.IN_DOMAIN_BENCHMARKS
+    rows = {r["finding"]: r for r in findings.judge(data)}
+    study = data.study
+    num = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    lifts = final.lifts_frame(data)
+    consolidations = [("seq_final", data.final_run), ("MMOPD", "mmopd"), ("SDFT", "sdft"),
+                      ("uniform merge", "merge_uniform"), ("DARE", "merge_dare"), ("MLE", "mle")]
+
+    def lift_cells(oracles: bool) -> str:
+        part = lifts[[r.startswith("oracle_") == oracles for r in lifts.index]]
+        signed = lambda v: "-" if v != v else f"{v:+.1f}"  # noqa: E731
+        return (" / ".join(signed(v) for v in part["mean"]) + " (seed minima "
+                + " / ".join(signed(v) for v in part["smallest"]) + ")")
+
+    def means(score) -> str:
+        """``seq_final`` and the consolidations' in-domain means, ``score(run, benchmark)`` (None: not there)."""
+        out = []
+        for label, run in consolidations:
+            vals = [score(run, b) for b in ids]
+            if all(v is not None for v in vals):
+                out.append(f"{label} {sum(vals) / len(vals):.1f}")
+        return ", ".join(out) or "-"
+
+    study_main = {**study.get("main_table", {})}
+    reproduced = [f for f, r in rows.items() if r["verdict"] == findings.REPRODUCED]
+    others = [f for f, r in rows.items() if r["verdict"] != findings.REPRODUCED]
+    ours = {
+        "the base": " / ".join(num(data.mean("base", b)) for b in ids),
+        "how a stage trains": recipe_text(seed_dir, data.seq_runs, data.curriculum) or "-",
+        "each stage on its benchmark, from its start": lift_cells(oracles=False),
+        "each oracle over the base": lift_cells(oracles=True),
+        "SFT/RL displacement (L2)": rows["F5"]["ours"],
+        "forgetting": rows["F1"]["ours"],
+        "low-entropy positions that keep their token": rows["F3"]["ours"],
+        "consolidations, in-domain mean": means(data.mean),
+        "MLE against the oracles": rows["F7"]["ours"],
+        "findings reproduced": (", ".join(reproduced) or "none") + (f" ({', '.join(others)} not)" if others else ""),
+    }
+    theirs = {
+        "the base": " / ".join(num((study.get("sequential", {}).get("base") or {}).get(b)) for b in ids),
+        "consolidations, in-domain mean": means(lambda run, b: (study_main.get(
+            "seq_final" if run == data.final_run else run) or {}).get(b)),
+        "MLE against the oracles": rows["F7"]["study"],
+        **REGIME_STUDY,
+    }
+    esc = lambda v: str(v).replace("|", "\\|")  # noqa: E731
+    table = md_table(["", "the study (Qwen3-8B-Base)", "mini before (text-only base)",
+                      f"mini now (seeds {', '.join(map(str, data.seeds))})"],
+                     [[row, esc(theirs.get(row, "")), esc(REGIME_BEFORE[row]), esc(ours[row])]
+                      for row in REGIME_BEFORE], align="---")
+    return ("**The regime**: the study's, the mini profile's before its mid-trained base, and these runs' (in-domain "
+            f"benchmarks {' / '.join(ids)}; means over the seeds; the intermediate regimes are in "
+            "`docs/mini-calibration.md`):\n\n" + table)
+
+
 RESULTS_BEGIN = "<!-- results:begin"
 RESULTS_END = "<!-- results:end -->"
 
@@ -433,6 +545,10 @@ def results_markdown(cfg, seeds: Sequence[int] = (), orders: Sequence[Sequence[s
     if seeds:
         body += (f"\n\n### Over seeds {', '.join(map(str, seeds))} (notebook 12)\n\n"
                  + seeds_markdown(cfg, seeds, overrides))
+        if cfg.profile == "mini":  # the mini regime beside the study's and the one before it
+            dirs = final.seed_dirs(cfg.profile, seeds, overrides)
+            data = final.collect(dirs, cfg.pipeline.curriculum, checkpoint_names(cfg, oracles=False))
+            body += "\n\n" + regime_markdown(data, dirs[seeds[0]])
         wall = wall_time_markdown(cfg, seeds)
         if wall:
             body += "\n\n" + wall

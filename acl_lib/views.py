@@ -543,15 +543,16 @@ def completion_records(seed_dirs: Sequence[str | Path], parts: Sequence[str]) ->
     return out
 
 
-def md_table(header: list[str], rows: list[list]) -> str:
-    """A Markdown table: floats with one decimal, None and NaN as ``-``; columns after the first right-aligned."""
+def md_table(header: list[str], rows: list[list], align: str = "---:") -> str:
+    """A Markdown table: floats with one decimal, None and NaN as ``-``; columns after the first right-aligned
+    (``align="---"``: left-aligned, for text)."""
 
     def cell(v):
         if v is None or (isinstance(v, float) and v != v):
             return "-"
         return f"{v:.1f}" if isinstance(v, float) else str(v)
 
-    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + f"{align}|" * (len(header) - 1)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
 

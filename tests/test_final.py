@@ -305,6 +305,35 @@ def test_lifts_over_the_checkpoint_each_run_started_from():
     assert "not been scored" in report.seeds_reading(make_data({"base": rows["base"]}))
 
 
+def test_the_regime_table_reads_the_runs_and_their_recipe(tmp_path):
+    """The README's regime table: the study's column, the fixed mini-before column, and ours from the runs (base
+    scores, the recipe from each stage's config.yaml and stage.json, the lifts, the findings' own measurements)."""
+    import yaml
+
+    seed_dir = tmp_path / "seed0"
+    recipes = {"seq_math": ({"max_steps": 300, "batch_size": 64, "learning_rate": 1e-4, "beta": 0.0}, None, False),
+               "seq_search": ({"max_steps": 80, "batch_size": 16, "learning_rate": 2e-4, "beta": 0.01}, 80, True)}
+    for run, (grpo, sft_steps, cold) in recipes.items():
+        (seed_dir / run).mkdir(parents=True)
+        (seed_dir / run / "config.yaml").write_text(yaml.safe_dump({"grpo": grpo, "sft": {"max_steps": sft_steps}}))
+        (seed_dir / run / "stage.json").write_text(json.dumps({"cold_start": cold}))
+    data = make_data(seeded(STUDY_LIKE))
+    text = report.regime_markdown(data, seed_dir)
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:]
+            for line in text.splitlines() if line.startswith("| ")}
+    assert rows["the base"] == ["6.5 / 13.3 / - / -", "6.2 / 0 / 6.2 / 12.5", "5.5 / 10.5 / 0.5 / 20.5 |"]
+    assert rows["how a stage trains"][2] == ("math: GRPO 300 x 64 at lr 1e-4; search: cold start 80 SFT steps, then "
+                                             "GRPO 80 x 16 at lr 2e-4, KL 0.01 |")  # ecom, if: no config, left out
+    stages = rows["each stage on its benchmark, from its start"][2]
+    assert stages.startswith("+35.0 / +35.0 / +30.0 / +60.0 (seed minima")
+    verdicts = {r["finding"]: r for r in findings.judge(data)}
+    assert rows["SFT/RL displacement (L2)"][2] == verdicts["F5"]["ours"] + " |"
+    assert rows["consolidations, in-domain mean"][0].startswith("seq_final 39.5, MMOPD 44.7")  # the study's means
+    yes = [f for f, r in verdicts.items() if r["verdict"] == findings.REPRODUCED]
+    no = [f for f, r in verdicts.items() if r["verdict"] != findings.REPRODUCED]
+    assert rows["findings reproduced"][2] == f"{', '.join(yes) or 'none'} ({', '.join(no)} not) |"
+
+
 def test_curriculum_markdown_puts_each_domain_at_its_position():
     order_b = ["search", "ecom", "if", "math"]
     sc_b = {"base": _scores(5, 10, 0, 20), "seq_math": _scores(5, 40, 0, 20), "seq_search": _scores(5, 12, 30, 20),

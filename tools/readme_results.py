@@ -6,8 +6,9 @@
 
 Replaces what lies between the README's `<!-- results:begin ... -->` and `<!-- results:end -->` markers with
 the scores, the study's figures beside them, the lifts, the forgetting, the run time, and the commits that made
-the runs (acl_lib.report.results_markdown, written by acl_lib.report.write_results_section). Nothing in that
-section is typed by hand.
+the runs (acl_lib.report.results_markdown, written by acl_lib.report.write_results_section); with --seeds at the
+mini profile, also the regime table (the study, the mini regime before its mid-trained base, these runs:
+acl_lib.report.regime_markdown). Nothing in that section is typed by hand.
 """
 
 from __future__ import annotations
