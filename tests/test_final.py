@@ -381,6 +381,29 @@ def test_readme_results_section_with_seeds_and_orders(tmp_path):
     assert "Not scored yet: seq1_search, seq2_search-ecom" in body  # the study's order is scored, the others not
 
 
+def test_the_readme_results_of_the_mini_profile_carry_the_regime_table(tmp_path):
+    from acl_lib.config import load_config
+
+    out = tmp_path / "out"
+    overrides = [f"output_dir={out}"]
+    def store(seed_dir, scores):
+        for run, sc in STUDY_LIKE.items():
+            write_metrics(seed_dir, run, scores(sc))
+            for rel in (run, f"{run}/eval"):
+                (seed_dir / rel / "COMPLETE.json").write_text(json.dumps({"finished_at": "2026-12-02T00:00:00+00:00",
+                                                                         "duration_s": 1.0, "code": "abc"}))
+
+    for s in (0, 1):
+        store(out / "mini" / f"seed{s}", lambda sc, s=s: _jitter(sc, s))
+    body = report.results_markdown(load_config("mini", overrides, seed=0), seeds=[0, 1], overrides=overrides)
+    assert "**The regime**" in body and "| mini now (seeds 0, 1) |" in body
+    smoke = tmp_path / "smoke_out"
+    store(smoke / "smoke" / "seed0", lambda sc: sc)
+    body = report.results_markdown(load_config("smoke", [f"output_dir={smoke}"], seed=0), seeds=[0],
+                                   overrides=[f"output_dir={smoke}"])
+    assert "**The regime**" not in body  # the before column is the mini profile's history
+
+
 def test_the_wall_time_of_the_run_that_made_the_seeds(tmp_path):
     """benchmarks/pipeline_time.py's timing.json, beside the seeds' folders, goes under the tables over the seeds
     only when it timed exactly those seeds."""
