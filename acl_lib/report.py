@@ -545,9 +545,10 @@ def results_markdown(cfg, seeds: Sequence[int] = (), orders: Sequence[Sequence[s
     if seeds:
         body += (f"\n\n### Over seeds {', '.join(map(str, seeds))} (notebook 12)\n\n"
                  + seeds_markdown(cfg, seeds, overrides))
+        dirs = final.seed_dirs(cfg.profile, seeds, overrides)
+        data = final.collect(dirs, cfg.pipeline.curriculum, checkpoint_names(cfg, oracles=False))
+        body += "\n\n" + seeds_reading(data)
         if cfg.profile == "mini":  # the mini regime beside the study's and the one before it
-            dirs = final.seed_dirs(cfg.profile, seeds, overrides)
-            data = final.collect(dirs, cfg.pipeline.curriculum, checkpoint_names(cfg, oracles=False))
             body += "\n\n" + regime_markdown(data, dirs[seeds[0]])
         wall = wall_time_markdown(cfg, seeds)
         if wall:

@@ -397,6 +397,7 @@ def test_the_readme_results_of_the_mini_profile_carry_the_regime_table(tmp_path)
         store(out / "mini" / f"seed{s}", lambda sc, s=s: _jitter(sc, s))
     body = report.results_markdown(load_config("mini", overrides, seed=0), seeds=[0, 1], overrides=overrides)
     assert "**The regime**" in body and "| mini now (seeds 0, 1) |" in body
+    assert "**What these runs show** (seeds 0, 1)" in body  # the reading computed from the runs
     smoke = tmp_path / "smoke_out"
     store(smoke / "smoke" / "seed0", lambda sc: sc)
     body = report.results_markdown(load_config("smoke", [f"output_dir={smoke}"], seed=0), seeds=[0],
