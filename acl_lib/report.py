@@ -412,7 +412,8 @@ def recipe_text(seed_dir: Path, seq_runs: Sequence[str], curriculum: Sequence[st
         if not conf:
             continue
         grpo, sft = conf.get("grpo", {}), conf.get("sft", {})
-        lr = f"{grpo.get('learning_rate'):.0e}".replace("e-0", "e-")
+        mantissa, exponent = f"{float(grpo.get('learning_rate', 0.0)):.2e}".split("e")
+        lr = f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"  # 0.0001 -> 1e-4, 0.00015 -> 1.5e-4
         text = f"GRPO {grpo.get('max_steps')} x {grpo.get('batch_size')} at lr {lr}"
         if grpo.get("beta"):
             text += f", KL {grpo['beta']:g}"

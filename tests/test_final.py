@@ -312,7 +312,7 @@ def test_the_regime_table_reads_the_runs_and_their_recipe(tmp_path):
 
     seed_dir = tmp_path / "seed0"
     recipes = {"seq_math": ({"max_steps": 300, "batch_size": 64, "learning_rate": 1e-4, "beta": 0.0}, None, False),
-               "seq_search": ({"max_steps": 80, "batch_size": 16, "learning_rate": 2e-4, "beta": 0.01}, 80, True)}
+               "seq_search": ({"max_steps": 80, "batch_size": 16, "learning_rate": 1.5e-4, "beta": 0.01}, 80, True)}
     for run, (grpo, sft_steps, cold) in recipes.items():
         (seed_dir / run).mkdir(parents=True)
         (seed_dir / run / "config.yaml").write_text(yaml.safe_dump({"grpo": grpo, "sft": {"max_steps": sft_steps}}))
@@ -323,7 +323,7 @@ def test_the_regime_table_reads_the_runs_and_their_recipe(tmp_path):
             for line in text.splitlines() if line.startswith("| ")}
     assert rows["the base"] == ["6.5 / 13.3 / - / -", "6.2 / 0 / 6.2 / 12.5", "5.5 / 10.5 / 0.5 / 20.5 |"]
     assert rows["how a stage trains"][2] == ("math: GRPO 300 x 64 at lr 1e-4; search: cold start 80 SFT steps, then "
-                                             "GRPO 80 x 16 at lr 2e-4, KL 0.01 |")  # ecom, if: no config, left out
+                                             "GRPO 80 x 16 at lr 1.5e-4, KL 0.01 |")  # ecom, if: no config, left out
     stages = rows["each stage on its benchmark, from its start"][2]
     assert stages.startswith("+35.0 / +35.0 / +30.0 / +60.0 (seed minima")
     verdicts = {r["finding"]: r for r in findings.judge(data)}
