@@ -452,8 +452,9 @@ def regime_markdown(data: FinalData, seed_dir: Path) -> str:
         return ", ".join(out) or "-"
 
     study_main = {**study.get("main_table", {})}
-    reproduced = [f for f, r in rows.items() if r["verdict"] == findings.REPRODUCED]
-    others = [f for f, r in rows.items() if r["verdict"] != findings.REPRODUCED]
+    by_verdict = {v: [f for f, r in rows.items() if r["verdict"] == v] for v in findings.VERDICTS}
+    verdicts = ", ".join(by_verdict[findings.REPRODUCED]) or "none"
+    verdicts += "".join(f"; {v}: {', '.join(by_verdict[v])}" for v in findings.VERDICTS[1:] if by_verdict[v])
     ours = {
         "the base": " / ".join(num(data.mean("base", b)) for b in ids),
         "how a stage trains": recipe_text(seed_dir, data.seq_runs, data.curriculum) or "-",
@@ -464,7 +465,7 @@ def regime_markdown(data: FinalData, seed_dir: Path) -> str:
         "low-entropy positions that keep their token": rows["F3"]["ours"],
         "consolidations, in-domain mean": means(data.mean),
         "MLE against the oracles": rows["F7"]["ours"],
-        "findings reproduced": (", ".join(reproduced) or "none") + (f" ({', '.join(others)} not)" if others else ""),
+        "findings reproduced": verdicts,
     }
     theirs = {
         "the base": " / ".join(num((study.get("sequential", {}).get("base") or {}).get(b)) for b in ids),
