@@ -292,7 +292,7 @@ def one_seed_markdown(cfg) -> str:
     return "\n".join(out)
 
 
-def final_tables_markdown(data: FinalData, provenance: str = "") -> str:
+def final_tables_markdown(data: FinalData, provenance: str = "", rows: list[dict] | None = None) -> str:
     """The final tables over every seed of ``data`` as Markdown (the README's results with ``--seeds``): the
     trajectory and the main table in-domain (ours mean ± std, the study's figure in parentheses), the findings
     with their verdicts, and what is missing. ``provenance``: a sentence for the first paragraph (when and by
@@ -317,13 +317,12 @@ def final_tables_markdown(data: FinalData, provenance: str = "") -> str:
            table(final.main_frame(data, "in_domain"), [*ids, "in-domain mean"]), ""]
     lifts = final.lifts_frame(data)
     seed_cols = [f"seed {s}" for s in data.seeds]
-    signed = lambda v: "-" if v != v else f"{v:+.1f}"  # noqa: E731  NaN: a run or its start is missing
     out += ["Each stage and each oracle on its own benchmark, points over the checkpoint it started from (a stage: "
             "the stage before it; an oracle: the base, so its lift is the base's gap below it):", "",
             md_table(["run", "benchmark", "from", *seed_cols, "mean", "smallest"],
-                     [[run, r["benchmark"], r["from"], *(signed(r[c]) for c in seed_cols), signed(r["mean"]),
-                       signed(r["smallest"])] for run, r in lifts.iterrows()]), ""]
-    rows = findings.judge(data)
+                     [[run, r["benchmark"], r["from"], *(_signed(r[c]) for c in seed_cols), _signed(r["mean"]),
+                       _signed(r["smallest"])] for run, r in lifts.iterrows()]), ""]
+    rows = rows if rows is not None else findings.judge(data)
     esc = lambda v: str(v).replace("|", "\\|")  # noqa: E731  a rule may write |cosine|
     out += [f"The study's findings, judged by the rules of `acl_lib.findings` ({findings.verdict_summary(rows)}):", "",
             md_table(["finding", "verdict", "ours", "study", "rule"],
@@ -333,6 +332,27 @@ def final_tables_markdown(data: FinalData, provenance: str = "") -> str:
         out += ["", "Missing for some seeds: " + "; ".join(f"{w} (seeds {', '.join(map(str, s))})"
                                                           for w, s in data.missing.items()) + "."]
     return "\n".join(out)
+
+
+def _signed(v: float) -> str:
+    """A lift as text: ``+12.5``, or ``-`` for NaN (a run or its start is missing)."""
+    return "-" if v != v else f"{v:+.1f}"
+
+
+def _by_verdict(rows: list[dict]) -> dict[str, list[str]]:
+    """``{verdict: [finding ids]}`` of :func:`acl_lib.findings.judge`'s rows, every verdict a key."""
+    return {v: [r["finding"] for r in rows if r["verdict"] == v] for v in findings.VERDICTS}
+
+
+def _in_domain_means(score, runs: Sequence[tuple[str, str]]) -> list[str]:
+    """``label mean`` of each ``(label, run)`` whose four in-domain scores ``score(run, benchmark)`` are all there
+    (None: not)."""
+    out = []
+    for label, run in runs:
+        vals = [score(run, b) for b in final.IN_DOMAIN_BENCHMARKS]
+        if all(v is not None for v in vals):
+            out.append(f"{label} {sum(vals) / len(vals):.1f}")
+    return out
 
 
 def seeds_reading(data: FinalData, rows: list[dict] | None = None) -> str:
@@ -357,14 +377,11 @@ def seeds_reading(data: FinalData, rows: list[dict] | None = None) -> str:
         along.append(f"{b} " + " -> ".join(steps))
     lines.append("- **Along the sequence** (means): " + "; ".join(along) + ".")
     rows = rows if rows is not None else findings.judge(data)
-    by_verdict = {v: [r["finding"] for r in rows if r["verdict"] == v] for v in findings.VERDICTS}
-    lines.append("- **The findings**: " + "; ".join(f"{v}: {', '.join(ids)}" for v, ids in by_verdict.items() if ids)
+    lines.append("- **The findings**: " + "; ".join(f"{v}: {', '.join(ids)}" for v, ids in _by_verdict(rows).items()
+                                                   if ids)
                  + " (the table above says what each rule saw).")
-    means = []
-    for label, run in [("seq_final", data.final_run), *((m, m) for m in (*final.CONSOLIDATIONS, *final.MLE_RUNS))]:
-        per_benchmark = [data.mean(run, b) for b in final.IN_DOMAIN_BENCHMARKS]
-        if data.has(run) and None not in per_benchmark:
-            means.append(f"{label} {sum(per_benchmark) / len(per_benchmark):.1f}")
+    means = _in_domain_means(data.mean, [("seq_final", data.final_run),
+                                         *((m, m) for m in (*final.CONSOLIDATIONS, *final.MLE_RUNS))])
     if means:
         lines.append("- **In-domain means**: " + ", ".join(means) + ".")
     return f"**What these runs show** (seeds {', '.join(map(str, data.seeds))})\n\n" + "\n".join(lines)
@@ -423,13 +440,15 @@ def recipe_text(seed_dir: Path, seq_runs: Sequence[str], curriculum: Sequence[st
     return "; ".join(parts)
 
 
-def regime_markdown(data: FinalData, seed_dir: Path) -> str:
+def regime_markdown(data: FinalData, seed_dir: Path, rows: list[dict] | None = None) -> str:
     """The regime table: the study, the mini regime before the mid-trained base (:data:`REGIME_BEFORE`) and the
     runs of ``data`` (the base's in-domain scores, the recipe the store's stages ran, each stage's and oracle's
     lift, the findings' measurements of F5, F1, F3 and F7, the consolidations' in-domain means and the verdicts),
-    means over the seeds. ``seed_dir``: a seed of the store, whose runs' configs give the recipe."""
+    means over the seeds. ``seed_dir``: a seed of the store, whose runs' configs give the recipe; ``rows``:
+    :func:`acl_lib.findings.judge`'s on ``data``, judged here when not given."""
     ids = final.IN_DOMAIN_BENCHMARKS
-    rows = {r["finding"]: r for r in findings.judge(data)}
+    judged = rows if rows is not None else findings.judge(data)
+    rows = {r["finding"]: r for r in judged}
     study = data.study
     num = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
     lifts = final.lifts_frame(data)
@@ -438,21 +457,14 @@ def regime_markdown(data: FinalData, seed_dir: Path) -> str:
 
     def lift_cells(oracles: bool) -> str:
         part = lifts[[r.startswith("oracle_") == oracles for r in lifts.index]]
-        signed = lambda v: "-" if v != v else f"{v:+.1f}"  # noqa: E731
-        return (" / ".join(signed(v) for v in part["mean"]) + " (seed minima "
-                + " / ".join(signed(v) for v in part["smallest"]) + ")")
+        return (" / ".join(_signed(v) for v in part["mean"]) + " (seed minima "
+                + " / ".join(_signed(v) for v in part["smallest"]) + ")")
 
     def means(score) -> str:
-        """``seq_final`` and the consolidations' in-domain means, ``score(run, benchmark)`` (None: not there)."""
-        out = []
-        for label, run in consolidations:
-            vals = [score(run, b) for b in ids]
-            if all(v is not None for v in vals):
-                out.append(f"{label} {sum(vals) / len(vals):.1f}")
-        return ", ".join(out) or "-"
+        return ", ".join(_in_domain_means(score, consolidations)) or "-"
 
     study_main = {**study.get("main_table", {})}
-    by_verdict = {v: [f for f, r in rows.items() if r["verdict"] == v] for v in findings.VERDICTS}
+    by_verdict = _by_verdict(judged)
     verdicts = ", ".join(by_verdict[findings.REPRODUCED]) or "none"
     verdicts += "".join(f"; {v}: {', '.join(by_verdict[v])}" for v in findings.VERDICTS[1:] if by_verdict[v])
     ours = {
@@ -488,17 +500,18 @@ RESULTS_BEGIN = "<!-- results:begin"
 RESULTS_END = "<!-- results:end -->"
 
 
-def seeds_markdown(cfg, seeds: Sequence[int], overrides: Sequence[str] = ()) -> str:
+def seeds_markdown(cfg, seeds: Sequence[int], overrides: Sequence[str] = (), data: FinalData | None = None,
+                   rows: list[dict] | None = None) -> str:
     """The final tables over ``seeds`` as Markdown (:func:`final_tables_markdown`), saying when their evaluations
-    finished and which code made them."""
+    finished and which code made them. ``data`` / ``rows``: the store already collected / judged."""
     dirs = final.seed_dirs(cfg.profile, seeds, overrides)
-    data = final.collect(dirs, cfg.pipeline.curriculum, checkpoint_names(cfg, oracles=False))
+    data = data or final.collect(dirs, cfg.pipeline.curriculum, checkpoint_names(cfg, oracles=False))
     runs = dict.fromkeys([*data.seq_runs, *(r for _, r in final.main_rows(data))])
     records = completion_records(list(dirs.values()), [f"{r}/eval" for r in runs]).values()
     done = [c.get("finished_at") or "" for c in records]
     codes = sorted({c.get("code") or "unrecorded" for c in records})
     made = f"Their evaluations finished {min(done)[:10]} to {max(done)[:10]}; code {', '.join(codes)}." if done else ""
-    return final_tables_markdown(data, provenance=made)
+    return final_tables_markdown(data, provenance=made, rows=rows)
 
 
 def orders_markdown(cfg, orders: Sequence[Sequence[str]], overrides: Sequence[str] = ()) -> str:
@@ -545,13 +558,14 @@ def results_markdown(cfg, seeds: Sequence[int] = (), orders: Sequence[Sequence[s
     (:func:`orders_markdown`)."""
     body = one_seed_markdown(cfg)
     if seeds:
-        body += (f"\n\n### Over seeds {', '.join(map(str, seeds))} (notebook 12)\n\n"
-                 + seeds_markdown(cfg, seeds, overrides))
         dirs = final.seed_dirs(cfg.profile, seeds, overrides)
         data = final.collect(dirs, cfg.pipeline.curriculum, checkpoint_names(cfg, oracles=False))
-        body += "\n\n" + seeds_reading(data)
+        rows = findings.judge(data)  # once, for the tables, the reading and the regime
+        body += (f"\n\n### Over seeds {', '.join(map(str, seeds))} (notebook 12)\n\n"
+                 + seeds_markdown(cfg, seeds, overrides, data=data, rows=rows))
+        body += "\n\n" + seeds_reading(data, rows)
         if cfg.profile == "mini":  # the mini regime beside the study's and the one before it
-            body += "\n\n" + regime_markdown(data, dirs[seeds[0]])
+            body += "\n\n" + regime_markdown(data, dirs[seeds[0]], rows)
         wall = wall_time_markdown(cfg, seeds)
         if wall:
             body += "\n\n" + wall
