@@ -23,6 +23,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import yaml
+
 from acl_lib import curriculum, final, findings
 from acl_lib.atomic import atomic_write_text
 from acl_lib.config import load_config, project_root
@@ -323,15 +325,19 @@ def final_tables_markdown(data: FinalData, provenance: str = "", rows: list[dict
                      [[run, r["benchmark"], r["from"], *(_signed(r[c]) for c in seed_cols), _signed(r["mean"]),
                        _signed(r["smallest"])] for run, r in lifts.iterrows()]), ""]
     rows = rows if rows is not None else findings.judge(data)
-    esc = lambda v: str(v).replace("|", "\\|")  # noqa: E731  a rule may write |cosine|
     out += [f"The study's findings, judged by the rules of `acl_lib.findings` ({findings.verdict_summary(rows)}):", "",
             md_table(["finding", "verdict", "ours", "study", "rule"],
-                      [[esc(r[k]) for k in ("finding", "verdict", "ours", "study", "rule")] for r in rows]),
+                      [[_md_text(r[k]) for k in ("finding", "verdict", "ours", "study", "rule")] for r in rows]),
             "", f"Noise floor: {findings.NOISE_FLOOR}."]
     if data.missing:
         out += ["", "Missing for some seeds: " + "; ".join(f"{w} (seeds {', '.join(map(str, s))})"
                                                           for w, s in data.missing.items()) + "."]
     return "\n".join(out)
+
+
+def _md_text(v) -> str:
+    """Text for a Markdown table cell: a ``|`` escaped (a finding's rule may write ``|cosine|``)."""
+    return str(v).replace("|", "\\|")
 
 
 def _signed(v: float) -> str:
@@ -412,8 +418,6 @@ REGIME_STUDY = {
 
 def _run_config(seed_dir: Path, run: str) -> dict:
     """The resolved config a run of the store ran with (its ``config.yaml``), or {}."""
-    import yaml
-
     path = Path(seed_dir) / run / CONFIG
     return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
@@ -463,7 +467,7 @@ def regime_markdown(data: FinalData, seed_dir: Path, rows: list[dict] | None = N
     def means(score) -> str:
         return ", ".join(_in_domain_means(score, consolidations)) or "-"
 
-    study_main = {**study.get("main_table", {})}
+    study_main = study.get("main_table", {})
     by_verdict = _by_verdict(judged)
     verdicts = ", ".join(by_verdict[findings.REPRODUCED]) or "none"
     verdicts += "".join(f"; {v}: {', '.join(by_verdict[v])}" for v in findings.VERDICTS[1:] if by_verdict[v])
@@ -486,10 +490,9 @@ def regime_markdown(data: FinalData, seed_dir: Path, rows: list[dict] | None = N
         "MLE against the oracles": rows["F7"]["study"],
         **REGIME_STUDY,
     }
-    esc = lambda v: str(v).replace("|", "\\|")  # noqa: E731
     table = md_table(["", "the study (Qwen3-8B-Base)", "mini before (text-only base)",
                       f"mini now (seeds {', '.join(map(str, data.seeds))})"],
-                     [[row, esc(theirs.get(row, "")), esc(REGIME_BEFORE[row]), esc(ours[row])]
+                     [[row, _md_text(theirs.get(row, "")), _md_text(REGIME_BEFORE[row]), _md_text(ours[row])]
                       for row in REGIME_BEFORE], align="---")
     return ("**The regime**: the study's, the mini profile's before its mid-trained base, and these runs' (in-domain "
             f"benchmarks {' / '.join(ids)}; means over the seeds; the intermediate regimes are in "
@@ -505,7 +508,8 @@ def seeds_markdown(cfg, seeds: Sequence[int], overrides: Sequence[str] = (), dat
     """The final tables over ``seeds`` as Markdown (:func:`final_tables_markdown`), saying when their evaluations
     finished and which code made them. ``data`` / ``rows``: the store already collected / judged."""
     dirs = final.seed_dirs(cfg.profile, seeds, overrides)
-    data = data or final.collect(dirs, cfg.pipeline.curriculum, checkpoint_names(cfg, oracles=False))
+    if data is None:
+        data = final.collect(dirs, cfg.pipeline.curriculum, checkpoint_names(cfg, oracles=False))
     runs = dict.fromkeys([*data.seq_runs, *(r for _, r in final.main_rows(data))])
     records = completion_records(list(dirs.values()), [f"{r}/eval" for r in runs]).values()
     done = [c.get("finished_at") or "" for c in records]
