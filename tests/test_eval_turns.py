@@ -75,7 +75,7 @@ def test_cached_turns_generate_what_whole_prompts_generate(tiny_model):
 def test_sampled_turns_run_and_respect_the_budget(tiny_model):
     gen = TurnGenerator(tiny_model, 0, 1, batch_size=2)
     rows = [(k, list(range(10, 30 + k))) for k in range(3)]
-    outs = gen.generate(rows, max_new_tokens=5, do_sample=True, temperature=1.0, top_k=None)
+    outs = gen.generate(rows, max_new_tokens=5, temperature=1.0, seeds=[1, 2, 3])
     assert all(1 <= len(o) <= 5 for o in outs)
     with pytest.raises(ValueError, match="empty prompt"):
         gen.generate([(9, [])], max_new_tokens=3)

@@ -42,7 +42,7 @@ from acl_lib.atomic import atomic_write_text
 from acl_lib.config import Config, UserSimConfig, project_root
 from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, llm_user, make_env, scripted_expert
 from acl_lib.envs.base import Episode, Task, map_concurrently, prefetch, step_workers
-from acl_lib.eval.turns import TurnGenerator
+from acl_lib.eval.turns import ReferenceTurnGenerator, TurnGenerator
 from acl_lib.noise import binomial_se, samples_per_task
 from acl_lib.progress import Progress
 from acl_lib.runs import COMPLETE, CONFIG, FAILED, RUNNING
@@ -147,17 +147,20 @@ def release_accelerator_memory() -> None:
 
 
 class HFPolicy:
-    """Batched HF ``generate`` with the tokenizer's chat template, on the first GPU if there is one (else the CPU,
-    or ``device``), each episode's KV cache kept across its turns (``acl_lib.eval.turns``): a turn encodes only
-    what is new since the episode's last turn. ``reuse_kv=False`` re-encodes every prompt whole (the reference the
-    cached path is tested against). A turn ends at the tokenizer's eos or ``<|im_end|>`` (``stop_token_ids``).
+    """A local model behind the suite's engine (``acl_lib.eval.engine``) with the tokenizer's chat template, on the
+    first GPU if there is one (else the CPU, or ``device``), each episode's KV cache kept across its turns
+    (``acl_lib.eval.turns``): a turn encodes only what is new since the episode's last turn. ``reuse_kv=False``
+    re-encodes every prompt whole; ``reference=True`` generates with transformers' ``model.generate`` one row at a
+    time, greedy (what the engine is tested against). A turn ends at the tokenizer's eos or ``<|im_end|>``
+    (``stop_token_ids``). Sampled episodes draw from streams of their own (``episode_seed``).
 
     Prompts longer than the model's context minus ``max_new_tokens`` are not generated: the episode ends
     with a "context limit" failure (``context_overflow`` marks them with ``None``). ``close()`` drops the model.
     """
 
     def __init__(self, model_dir: str, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 batch_size: int = 16, dtype: str = "float32", reuse_kv: bool = True, device: str | None = None):
+                 batch_size: int = 16, dtype: str = "float32", reuse_kv: bool = True, device: str | None = None,
+                 reference: bool = False):
         import torch  # torch and transformers load when a model does: importing the harness stays cheap
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -165,7 +168,7 @@ class HFPolicy:
         tok = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device)
         self._setup(str(model_dir), model.eval(), tok, device, max_new_tokens, temperature, top_p, batch_size,
-                    reuse=reuse_kv)
+                    ReferenceTurnGenerator if reference else TurnGenerator, reuse=reuse_kv)
 
     def _setup(self, name: str, model, tok, device, max_new_tokens: int, temperature: float, top_p: float,
                batch_size: int, generator=TurnGenerator, **generator_kwargs) -> None:
@@ -179,6 +182,9 @@ class HFPolicy:
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
         self.generated_tokens = 0
         self.generate_seconds = 0.0
+        self.sampling_seed = 0
+        self._seeds: dict = {}  # episode key -> the seed of its stream (episode_seed)
+        self._samples: dict = {}  # task id -> the last sample number handed out
         pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.stop_ids[0]
         self.gen = generator(self.model, pad, self.stop_ids, batch_size, **generator_kwargs)
 
@@ -192,13 +198,30 @@ class HFPolicy:
         return (id(messages), task.id)  # the episode's own message list: stable across its turns
 
     def forget(self, task: Task, messages: list[dict]) -> None:
-        """The episode has ended: drop its cache."""
-        self.gen.forget(self._key(task, messages))
+        """The episode has ended: drop its cache and its random stream."""
+        key = self._key(task, messages)
+        self.gen.forget(key)
+        self._seeds.pop(key, None)
 
     def render(self, task: Task, messages: list[dict]) -> str:
         return self.tok.apply_chat_template(
             messages, tools=task.tools or None, add_generation_prompt=True, tokenize=False
         )
+
+    def episode_seed(self, task: Task, messages: list[dict]) -> int:
+        """The seed of an episode's random stream: from ``sampling_seed`` (the harness sets one per benchmark),
+        the task's id and the episode's place among the episodes of that task (its sample, 0 .. k-1), so a task's
+        samples are the same whichever episodes share their batch, and in every shard of an evaluation."""
+        key = self._key(task, messages)
+        if key not in self._seeds:
+            j = self._samples[task.id] = self._samples.get(task.id, -1) + 1
+            self._seeds[key] = zlib.crc32(f"{self.sampling_seed}:{task.id}:{j}".encode())
+        return self._seeds[key]
+
+    def set_sampling_seed(self, seed: int) -> None:
+        """Start the episodes' streams from ``seed`` (``episode_seed``)."""
+        self.sampling_seed = int(seed)
+        self._samples.clear()
 
     def __call__(self, batch):
         prompts = [self.render(t, m) for t, m in batch]
@@ -206,12 +229,10 @@ class HFPolicy:
         out: list[str | None] = [None] * len(batch)
         limit = self.max_context - self.max_new_tokens
         fits = [i for i in range(len(batch)) if len(ids[i]) <= limit]
-        sample = self.temperature > 0
-        sampling = {"do_sample": sample, "top_k": None}
-        if sample:
-            sampling.update(temperature=self.temperature, top_p=self.top_p)
+        seeds = [self.episode_seed(*batch[i]) for i in fits] if self.temperature > 0 else None
         t0 = time.perf_counter()
-        news = self.gen.generate([(self._key(*batch[i]), ids[i]) for i in fits], self.max_new_tokens, **sampling)
+        news = self.gen.generate([(self._key(*batch[i]), ids[i]) for i in fits], self.max_new_tokens,
+                                 temperature=self.temperature, top_p=self.top_p, seeds=seeds)
         self.generate_seconds += time.perf_counter() - t0
         for i, toks in zip(fits, news):
             toks, _ = split_turn(toks, self.stop_ids)
@@ -713,12 +734,10 @@ def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]
                 policy.max_new_tokens = max_new_tokens
             if hasattr(policy, "temperature"):  # a model's sampling; the scripted policies have none
                 policy.temperature = temperature
-            if temperature > 0 and isinstance(policy, HFPolicy):
-                # each sampled benchmark draws from its own seed: its samples are the same whether it is scored
-                # alone or after others
-                import torch
-
-                torch.manual_seed(benchmark_seed(cfg.seed, b.key) + (shard[0] if shard else 0))
+            if isinstance(policy, HFPolicy):
+                # each benchmark's episodes draw from streams of their own seed (HFPolicy.episode_seed): its samples
+                # are the same whether it is scored alone or after others, whole or in shards
+                policy.set_sampling_seed(benchmark_seed(cfg.seed, b.key))
             summary, records = evaluate_benchmark(
                 policy, b, envs[b.env], sizes[b.key], k, max_turns, task_seed=cfg.worlds.seed,
                 batch_size=max(cfg.eval.batch_size, 1) * 4, progress=bar.update, tasks=tasks[b.key],

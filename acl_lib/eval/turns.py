@@ -8,28 +8,18 @@ next user turn, the template's markup, and whatever the chat template re-rendere
 model generated (a tool call re-serialised from parsed JSON, for instance; matching on token ids keeps the
 result exact whatever the template does).
 
-A call batches rows into chunks of ``batch_size`` (sorted by the number of new tokens, so rows of a chunk need
-little padding) and runs ``model.generate`` on each chunk with a ``StaticCache`` pre-filled from the rows' cached
-prefixes:
+Generation itself is the engine's (``acl_lib.eval.engine``): each row starts from its episode's cached prefix
+(``Row.prefix``) and only its new tokens run through the model; the engine takes all the call's rows in one batch
+(up to ``batch_size``), encodes rows that are the same prompt over the same prefix once (the k samples of a task),
+lets finished rows leave the batch, and samples each episode from a random stream of its own (``seeds``), so an
+episode's samples do not depend on the episodes beside it. After the call each row's keys and values (prompt and
+generated, views into the engine's cache: no copy) become that episode's entry.
 
-    row i:  [pad .. pad | cached prefix (c_i) | pad .. pad | new tokens (s_i)] -> generate
-             <---------- C = max c_i -------->  <------ S = max s_i ------->
-
-The attention mask zeroes the pads (also the ones in the middle) and ``generate`` derives position ids from the
-mask, so each row sees exactly its own tokens at their own positions, as if its prompt had been encoded whole.
-After the call the keys and values of each row's real tokens (prompt and generated) are gathered back into
-that row's entry.
-
-Why not transformers' continuous batching (``generate_batch`` / ``init_continuous_batching``): it does prefix
-sharing across requests (block hashing, so turns of an episode reuse the blocks of the previous turn), stops each
-sequence at its eos and lets waiting requests join, and gave the same greedy transcripts here. But on CPU its
+Why not transformers' continuous batching (``generate_batch`` / ``init_continuous_batching``): on CPU its
 packed-batch attention attends every query over the keys of all requests in the batch (a dense mask), so a
 32-episode retail evaluation was no faster than plain ``generate`` re-encoding everything (97 s against 91 s,
 measured when this module was written). The benchmark of this path: ``benchmarks/throughput.py``; its numbers
-are in docs/mini-calibration.md. ``generate`` with per-row caches keeps attention per row; what it cannot do is drop a
-finished row from the running batch: a row that has written its eos rides along (its extra tokens are
-discarded) until the longest row of its chunk ends. Chunks are sorted by length, not by expected answer length,
-which no one knows in advance.
+are in docs/engine.md.
 """
 
 from __future__ import annotations
@@ -60,20 +50,22 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class TurnGenerator:
-    """Batched ``generate`` over episodes, each with a KV cache kept across its turns.
+    """Batched generation over episodes, each with a KV cache kept across its turns (``acl_lib.eval.engine``).
 
-    ``generate(rows, max_new_tokens, **sampling)``: ``rows`` are ``(key, prompt ids)``; returns, per row, the
-    generated ids up to and including the first eos (or ``max_new_tokens`` ids when no eos came). ``forget(key)``
-    drops an episode's cache (the harness does it when an episode ends). The model must not change between
-    calls that share keys (a trainer makes a new ``TurnGenerator`` per rollout).
+    ``generate(rows, max_new_tokens, temperature=0, top_p=1, seeds=None)``: ``rows`` are ``(key, prompt ids)``;
+    returns, per row, the generated ids up to and including the first stop id (or ``max_new_tokens`` ids when
+    none came). Sampling (temperature > 0) draws each episode from its own generator, seeded on the episode's
+    first call from ``seeds`` (one int per row) or, without them, from torch's global generator. ``forget(key)``
+    drops an episode's cache and stream (the harness does it when an episode ends). The model must not change
+    between calls that share keys (a trainer makes a new ``TurnGenerator`` per rollout).
 
     ``stats``: ``prompt_tokens`` (sum of prompt lengths), ``encoded_tokens`` (prompt tokens actually run through
     the model), ``reencoded_tokens`` (of those, the ones the same episode had already had, prompt or generated:
-    what a perfect cache would not encode), ``pad_tokens`` (pads fed with the new tokens), ``calls``
-    (rows, prompt width, new tokens) per ``generate`` call.
+    what a perfect cache would not encode), ``calls`` (rows, longest prompt, new tokens) per ``generate`` call,
+    and the engine's own counters under ``engine``.
     """
 
-    def __init__(self, model, pad_token_id: int, eos_token_id: int | list[int], batch_size: int = 16,
+    def __init__(self, model, pad_token_id: int, eos_token_id: int | list[int], batch_size: int = 64,
                  reuse: bool = True):
         self.model = model
         self.pad = pad_token_id
@@ -82,26 +74,50 @@ class TurnGenerator:
         self.reuse = reuse
         self.entries: dict[Hashable, _Entry] = {}
         self.seen: dict[Hashable, list[int]] = {}  # per episode: its last prompt and what was generated after it
-        self.stats = {"prompt_tokens": 0, "encoded_tokens": 0, "reencoded_tokens": 0, "pad_tokens": 0, "calls": []}
+        self.generators: dict[Hashable, object] = {}  # per episode: its random stream
+        self._engine = None
+        self.stats = {"prompt_tokens": 0, "encoded_tokens": 0, "reencoded_tokens": 0, "calls": []}
+
+    @property
+    def engine(self):
+        """The engine over the model's current weights, made on first use (``acl_lib.eval.engine.Engine``)."""
+        if self._engine is None:
+            from acl_lib.eval.engine import Engine
+
+            self._engine = Engine(self.model, sorted(self.eos), self.pad, max_rows=self.batch_size)
+        return self._engine
 
     def forget(self, key: Hashable) -> None:
         self.entries.pop(key, None)
         self.seen.pop(key, None)
+        self.generators.pop(key, None)
 
     def clear(self) -> None:
         self.entries.clear()
         self.seen.clear()
+        self.generators.clear()
+
+    def adapter(self, key: Hashable) -> str | None:
+        """The LoRA adapter the rows of episode ``key`` run: none here (a subclass routes them,
+        ``acl_lib.consolidate.mle``)."""
+        return None
 
     # -- one call ------------------------------------------------------------------------------------------
 
-    def generate(self, rows: Sequence[tuple[Hashable, list[int]]], max_new_tokens: int, **sampling) -> list[list[int]]:
-        out: list[list[int] | None] = [None] * len(rows)
+    def generate(self, rows: Sequence[tuple[Hashable, list[int]]], max_new_tokens: int, temperature: float = 0.0,
+                 top_p: float = 1.0, seeds: Sequence[int] | None = None) -> list[list[int]]:
+        import torch
+
+        from acl_lib.eval.engine import Row
+
         for i, (key, ids) in enumerate(rows):
             if not ids:
                 raise ValueError(f"row {i} (episode {key!r}) has an empty prompt")
+        if seeds is not None and len(seeds) != len(rows):
+            raise ValueError(f"{len(seeds)} seeds for {len(rows)} rows")
         if self.reuse:
             self._share_first_prefix(rows)
-        plan = []  # (row index, cached length used)
+        reqs = []
         for i, (key, ids) in enumerate(rows):
             entry = self.entries.get(key) if self.reuse else None
             c = min(common_prefix(entry.ids, ids), len(ids) - 1) if entry else 0  # >= 1 token to encode
@@ -109,115 +125,76 @@ class TurnGenerator:
             self.stats["prompt_tokens"] += len(ids)
             self.stats["encoded_tokens"] += len(ids) - c
             self.stats["reencoded_tokens"] += max(0, seen - c)
-            plan.append((i, c))
-        # Bucket by the number of tokens to encode: pads among those go through the whole model, while pads in
-        # the cached part only widen the attention.
-        plan.sort(key=lambda p: (len(rows[p[0]][1]) - p[1], len(rows[p[0]][1])))
-        for start in range(0, len(plan), self.batch_size):
-            chunk = plan[start : start + self.batch_size]
-            for (i, _), new in zip(chunk, self._generate_chunk(rows, chunk, max_new_tokens, sampling)):
-                out[i] = new
-        return out  # type: ignore[return-value]
+            gen = None
+            if temperature > 0:
+                gen = self.generators.get(key)
+                if gen is None:
+                    seed = int(seeds[i]) if seeds is not None else int(torch.randint(0, 2**62, (1,)).item())
+                    gen = self.generators[key] = torch.Generator(device=self.engine.device).manual_seed(seed)
+            prefix = [(k[:, :c], v[:, :c]) for k, v in entry.kv] if c else None
+            reqs.append(Row(new_ids=ids[c:], prefix=prefix, generator=gen, adapter=self.adapter(key),
+                            prefix_key=(id(entry.kv), c) if c else None))
+        results = self.engine.generate(reqs, max_new_tokens, temperature=temperature, top_p=top_p)
+        self.stats["calls"].append((len(rows), max(len(ids) for _, ids in rows), int(max_new_tokens)))
+        outs = []
+        for (key, ids), res in zip(rows, results):
+            new = res.tokens
+            outs.append(new)
+            self.seen[key] = list(ids) + (new[:-1] if res.stopped else new)
+            if self.reuse:  # what the engine fed: the prompt and every generated token but the last
+                self.entries[key] = _Entry(ids=list(ids) + new[:-1], kv=res.kv)
+        return outs
 
     def _share_first_prefix(self, rows, min_shared: int = 32) -> None:
         """Episodes starting together share their system prompt (a desk's policy and tool schemas): encode the
-        prefix common to all of the call's first turns once and start each of those episodes from it."""
+        prefix common to all of the call's first turns once (per adapter) and start each of those episodes from
+        it."""
+        groups: dict[str | None, list] = {}
+        for key, ids in rows:
+            if key not in self.entries:
+                groups.setdefault(self.adapter(key), []).append((key, ids))
+        for adapter, fresh in groups.items():
+            if len(fresh) < 2:
+                continue
+            shared = min(min(len(ids) for _, ids in fresh) - 1,
+                         min(common_prefix(fresh[0][1], ids) for _, ids in fresh))
+            if shared < min_shared:
+                continue
+            prefix = fresh[0][1][:shared]
+            kv = self.engine.encode(prefix, adapter=adapter)
+            self.stats["encoded_tokens"] += shared
+            for key, _ in fresh:
+                self.entries[key] = _Entry(ids=list(prefix), kv=kv)
+
+
+class ReferenceTurnGenerator(TurnGenerator):
+    """The reference the engine is tested against: transformers' ``model.generate``, greedy, one row at a time on
+    its whole prompt (no padding, no cache kept across turns). Slow; for tests and ``benchmarks/engine_check.py``."""
+
+    def generate(self, rows, max_new_tokens, temperature=0.0, top_p=1.0, seeds=None):
         import torch
 
-        fresh = [(key, ids) for key, ids in rows if key not in self.entries]
-        if len(fresh) < 2:
-            return
-        shared = min(min(len(ids) for _, ids in fresh) - 1, min(common_prefix(fresh[0][1], ids) for _, ids in fresh))
-        if shared < min_shared:
-            return
-        prefix = fresh[0][1][:shared]
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self.model.config)
-        with torch.no_grad():
-            self.model(input_ids=torch.tensor([prefix], device=self._device()), cache=cache, use_cache=True,
-                       logits_to_keep=1, **self.row_kwargs([fresh[0][0]]))
-        kv = [(k[0], v[0]) for k, v in _layers(cache)]
-        self.stats["encoded_tokens"] += shared
-        for key, _ in fresh:
-            self.entries[key] = _Entry(ids=list(prefix), kv=kv)
-
-    def _generate_chunk(self, rows, chunk, max_new_tokens, sampling) -> list[list[int]]:
-        import torch
-        from transformers import StaticCache
-
-        n_rows = len(chunk)
-        C = max(c for _, c in chunk)
-        S = max(len(rows[i][1]) - c for i, c in chunk)
-        input_ids = torch.full((n_rows, C + S), self.pad, dtype=torch.long)
-        mask = torch.zeros((n_rows, C + S), dtype=torch.long)
-        for r, (i, c) in enumerate(chunk):
-            ids = rows[i][1]
-            s = len(ids) - c
-            if c:
-                input_ids[r, C - c : C] = torch.tensor(ids[:c])
-                mask[r, C - c : C] = 1
-            input_ids[r, C + S - s :] = torch.tensor(ids[c:])
-            mask[r, C + S - s :] = 1
-            self.stats["pad_tokens"] += S - s
-        device = self._device()
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        # A static cache: written in place. A DynamicCache concatenates its tensors at every step, which cost more
-        # than the attention itself on long desk prompts (measured when this module was written).
-        cache = StaticCache(config=self.model.config, max_cache_len=C + S + max_new_tokens)
-        if C:
-            for layer in range(len(cache.layers)):
-                k0, v0 = self._some_kv(rows, chunk, layer)
-                keys = k0.new_zeros((n_rows, k0.shape[0], C, k0.shape[2]))
-                values = v0.new_zeros((n_rows, v0.shape[0], C, v0.shape[2]))
-                for r, (i, c) in enumerate(chunk):
-                    if c:
-                        k, v = self.entries[rows[i][0]].kv[layer]
-                        keys[r, :, C - c :] = k[:, :c]
-                        values[r, :, C - c :] = v[:, :c]
-                cache.layers[layer].update(keys, values)
-        with torch.no_grad():
-            res = self.model.generate(
-                input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens, pad_token_id=self.pad,
-                eos_token_id=sorted(self.eos), return_dict_in_generate=True, use_cache=True, cache=cache, **sampling,
-                **self.row_kwargs([rows[i][0] for i, _ in chunk]),
-            )
-        seqs = res.sequences
-        T = seqs.shape[1] - (C + S)
-        self.stats["calls"].append((n_rows, C + S, int(T)))
+        if temperature > 0:
+            raise ValueError("the reference generator is greedy only")
         outs = []
-        for r, (i, c) in enumerate(chunk):
-            key, ids = rows[i]
-            new = seqs[r, C + S :].tolist()
+        for i, (key, ids) in enumerate(rows):
+            if not ids:
+                raise ValueError(f"row {i} (episode {key!r}) has an empty prompt")
+            with torch.no_grad():
+                seq = self.model.generate(input_ids=torch.tensor([ids], device=self.model.device),
+                                          attention_mask=torch.ones(1, len(ids), dtype=torch.long,
+                                                                    device=self.model.device),
+                                          max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=self.pad,
+                                          eos_token_id=sorted(self.eos), **self.reference_kwargs(key))
+            new = seq[0, len(ids):].tolist()
             end = next((j for j, t in enumerate(new) if t in self.eos), None)
-            new = new[: end + 1] if end is not None else new
-            outs.append(new)
-            kept = new[:end] if end is not None else new
-            kept = kept[: max(0, T - 1)]  # the last token generated was never fed back: it has no keys/values
-            self.seen[key] = list(ids) + (new[:end] if end is not None else new)
-            if self.reuse:
-                s = len(ids) - c
-                pos = torch.cat([torch.arange(C - c, C), torch.arange(C + S - s, C + S + len(kept))]).to(device)
-                kv = [(k[r].index_select(1, pos).clone(), v[r].index_select(1, pos).clone())
-                      for k, v, *_ in _layers(cache)]
-                self.entries[key] = _Entry(ids=list(ids) + kept, kv=kv)
+            outs.append(new[: end + 1] if end is not None else new)
+            self.stats["prompt_tokens"] += len(ids)
+            self.stats["encoded_tokens"] += len(ids)
+        self.stats["calls"].append((len(rows), max((len(ids) for _, ids in rows), default=0), int(max_new_tokens)))
         return outs
 
-    def row_kwargs(self, keys: Sequence[Hashable]) -> dict:
-        """Extra keyword arguments of the model call for rows of these episode keys, in row order: none here (a
-        subclass passes PEFT's per-row ``adapter_names``, ``acl_lib.consolidate.mle``)."""
-        return {}
-
-    def _device(self):
-        return next(self.model.parameters()).device
-
-    def _some_kv(self, rows, chunk, layer):
-        for i, c in chunk:
-            if c:
-                return self.entries[rows[i][0]].kv[layer]
-        raise AssertionError("no cached row in chunk")
-
-
-def _layers(cache):
-    """(keys, values) per layer of a transformers cache, each (batch, kv_heads, length, head_dim)."""
-    return [(layer.keys, layer.values) for layer in cache.layers]
+    def reference_kwargs(self, key) -> dict:
+        """Extra ``generate`` arguments for a row: PEFT's ``adapter_names`` where the row runs an adapter."""
+        name = self.adapter(key)
+        return {"adapter_names": [name]} if name is not None else {}

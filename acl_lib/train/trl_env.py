@@ -410,10 +410,26 @@ def zero3_forwards_stay_local(engine):
         offload.fwd_pre_hook = module.register_forward_pre_hook(hook, prepend=True)
 
 
-def hf_policy(trainer) -> Policy:
-    """A ``Policy`` sampling from the trainer's model with ``model.generate`` (CPU / no vLLM).
+def engine_sampling(generation_config) -> dict:
+    """The engine's sampling arguments (temperature, top-p) from a trainer's ``GenerationConfig``; a setting the
+    engine does not implement (top-k, min-p, a repetition penalty) is an error, not silently dropped."""
+    g = generation_config
+    if getattr(g, "top_k", None) not in (None, 0):
+        raise ValueError(f"the CPU rollout engine samples with temperature and top-p only, not top_k={g.top_k}")
+    if getattr(g, "min_p", None) not in (None, 0, 0.0):
+        raise ValueError(f"the CPU rollout engine samples with temperature and top-p only, not min_p={g.min_p}")
+    if getattr(g, "repetition_penalty", None) not in (None, 1.0):
+        raise ValueError("the CPU rollout engine has no repetition penalty "
+                         f"(repetition_penalty={g.repetition_penalty})")
+    sample = bool(getattr(g, "do_sample", False))
+    return {"temperature": float(g.temperature or 1.0) if sample else 0.0,
+            "top_p": float(g.top_p if g.top_p is not None else 1.0)}
 
-    Uses the trainer's generation config (temperature, top-p/k, eos = ``<|im_end|>``) through the evaluator's
+
+def hf_policy(trainer) -> Policy:
+    """A ``Policy`` sampling from the trainer's model with the suite's engine (CPU / no vLLM).
+
+    Uses the trainer's generation config (temperature, top-p; ``engine_sampling``) through the evaluator's
     ``TurnGenerator``: each episode's KV cache is kept across its turns, so a turn encodes only the observation
     that came after the policy's last tokens. Call inside ``unwrap_model_for_generation`` (``EpisodeRollout``
     does); make one per rollout call: the weights change between calls, the caches must not outlive them.
@@ -428,12 +444,13 @@ def hf_policy(trainer) -> Policy:
             # Stops at every stop token, as the evaluator's HFPolicy does (a base model may end a turn with
             # <|endoftext|>): a turn must not run on past one.
             state["gen"] = TurnGenerator(model, tok.pad_token_id, stop_token_ids(tok), batch_size=len(reqs))
-        # synced_gpus=False: under ZeRO-3 generate() otherwise all-reduces after every token, and ranks whose
-        # episodes take different numbers of turns then wait on each other forever (found by the hostfile rehearsal).
+        # The engine runs the gathered weights as plain tensors: no collective, so ranks whose episodes take
+        # different numbers of turns never wait on each other (found by the hostfile rehearsal with generate()).
         # The weights are gathered whole for the rollout (ds3_gather_for_generation) and every ZeRO-3 hook is off
-        # (EpisodeRollout, zero3_forwards_stay_local): generation is local.
+        # (EpisodeRollout, zero3_forwards_stay_local). Each episode samples from a stream of its own, seeded from
+        # torch's generator (restored with a checkpoint, so a resumed run draws the same).
         outs = state["gen"].generate([(id(r.episode), r.ids) for r in reqs], max(r.max_new_tokens for r in reqs),
-                                     generation_config=trainer.generation_config, synced_gpus=False)
+                                     **engine_sampling(trainer.generation_config))
         return outs, None
 
     return policy

@@ -55,22 +55,16 @@ from acl_lib.seeding import seed_and_threads
 
 
 class RoutedTurnGenerator(TurnGenerator):
-    """``TurnGenerator`` whose rows each run their episode's expert (``adapter_of(key)``) in one call:
-    PEFT's ``adapter_names``; the shared first prefix is encoded once per expert."""
+    """``TurnGenerator`` whose rows each run their episode's expert (``adapter_of(key)``) in one call: the engine
+    applies each row's LoRA adapter (``acl_lib.eval.engine.Row.adapter``); the shared first prefix is encoded
+    once per expert."""
 
     def __init__(self, *args, adapter_of=None, **kw):
         super().__init__(*args, **kw)
         self.adapter_of = adapter_of
 
-    def row_kwargs(self, keys):
-        return {"adapter_names": [self.adapter_of(k) for k in keys]} if self.adapter_of else {}
-
-    def _share_first_prefix(self, rows, min_shared: int = 32) -> None:
-        groups: dict[str, list] = {}
-        for key, ids in rows:
-            groups.setdefault(self.adapter_of(key) if self.adapter_of else "", []).append((key, ids))
-        for group in groups.values():
-            super()._share_first_prefix(group, min_shared)
+    def adapter(self, key):
+        return self.adapter_of(key) if self.adapter_of else None
 
 
 class MLEPolicy(HFPolicy):
