@@ -1,18 +1,15 @@
-"""Throughput of evaluation: what the harness encodes and generates, beside raw batched ``generate``.
+"""Throughput of an evaluation as the profile runs it: every benchmark with its own tasks, k and temperature.
 
-    python benchmarks/throughput.py MODEL_DIR [--profile mini] [--benchmarks retail telecom ...] [--json FILE]
+    python benchmarks/throughput.py MODEL_DIR [--profile mini] [--benchmarks aime26 retail ...] [--json FILE]
+    PYTHONPATH=/path/to/other/checkout python benchmarks/throughput.py ...   # the same measurement of other code
 
-For each benchmark (default: all of the suite) it runs the harness's evaluation of ``MODEL_DIR`` and reports
-episodes, assistant turns, prompt tokens (the length of every prompt, summed), tokens encoded (what actually ran
-through the model once cached prefixes are reused), the share of encoded tokens that re-encode a prefix the same
-episode had already had (its previous prompt and what it generated), pad tokens, tokens generated and wall
-seconds. ``--no-reuse`` measures the harness re-encoding every prompt whole, as it did before per-episode KV
-caches (``acl_lib/eval/turns.py``); each row's ``transcripts_sha256`` (a digest of every episode's messages) is
-the same in both modes when greedy results did not change.
-Then it replays every ``generate`` call of that benchmark as raw batched ``generate`` on the same model, with the
-same rows, prompt width and number of new tokens (random token ids; ``min_new_tokens`` makes every row generate
-them all), and gives both throughputs in generated tokens per second and their ratio. The table is printed; the
-numbers go to ``--json`` (default ``outputs/benchmarks/throughput-<model name>.json``).
+It runs ``acl_lib.eval.harness.evaluate`` on ``MODEL_DIR`` exactly as a pipeline evaluation does (the profile's
+``eval`` settings: ``max_tasks``, ``k``, temperature, turn and token limits per benchmark) and reports, per
+benchmark, episodes, generated tokens, wall seconds and generated tokens per second, then the single-turn and the
+desk benchmarks together. Each row's ``transcripts_sha256`` digests every episode's messages: two checkouts that
+generate the same transcripts give the same digests, and ``benchmarks/engine_check.py`` lists the episodes where
+they differ. The numbers go to ``--json`` (default ``outputs/benchmarks/throughput-<model name>.json``), with
+``benchmarks/machine_speed.py``'s reference seconds beside them (``--no-speed`` skips it).
 """
 
 from __future__ import annotations
@@ -20,71 +17,49 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import tempfile
 import time
 from pathlib import Path
 
-
-def raw_generate_seconds(model, calls: list[tuple[int, int, int]], vocab: int, pad: int, seed: int = 0) -> float:
-    """Seconds raw ``generate`` takes for ``calls`` = [(rows, prompt width, new tokens)], greedy."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    total = 0.0
-    for rows, width, new in calls:
-        ids = torch.randint(10, vocab, (rows, width), generator=g)
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
-                           min_new_tokens=new, do_sample=False, pad_token_id=pad)
-        total += time.perf_counter() - t0
-    return total
+DESKS = ("retail", "telecom", "mock")  # the multi-turn desk worlds (environment names)
 
 
-def measure(cfg, model_dir: str, benchmarks: list[str], reuse_kv: bool = True) -> list[dict]:
+def measure(cfg, model_dir: str, benchmarks: list[str]) -> list[dict]:
     from acl_lib.envs import BENCHMARKS
-    from acl_lib.eval.harness import HFPolicy, evaluate_benchmark, world
-    from acl_lib.seeding import seed_and_threads
+    from acl_lib.eval.harness import evaluate
 
-    seed_and_threads(cfg.seed, cfg.torch_threads)
     rows = []
-    for key in benchmarks:
-        bench = BENCHMARKS[key]
-        max_turns, max_new_tokens = cfg.eval.limits_for(key)  # the benchmark's own limits, as evaluate() uses
-        policy = HFPolicy(model_dir, max_new_tokens, cfg.eval.temperature, cfg.eval.top_p,
-                          cfg.eval.batch_size, dtype=cfg.model.dtype, reuse_kv=reuse_kv)
-        env = world(cfg, bench.env)
-        n = cfg.worlds.n_test if bench.suite == "in_domain" else cfg.worlds.n_ood
-        t0 = time.perf_counter()
-        summary, records = evaluate_benchmark(policy, bench, env, n, 1, max_turns, task_seed=cfg.worlds.seed,
-                                              batch_size=max(cfg.eval.batch_size, 1) * 4)
-        wall = time.perf_counter() - t0
-        st = policy.stats
-        raw_s = raw_generate_seconds(policy.model, st["calls"], len(policy.tok), policy.tok.pad_token_id)
-        raw_tokens = sum(r * new for r, _, new in st["calls"])
-        harness_tps = policy.generated_tokens / wall if wall else 0.0
-        raw_tps = raw_tokens / raw_s if raw_s else 0.0
-        rows.append({
-            "benchmark": key, "score": round(summary["score"], 2), "episodes": len(records),
-            "max_turns": max_turns, "max_new_tokens": max_new_tokens,
-            "turns": sum(r["turns"] for r in records), "prompt_tokens": st["prompt_tokens"],
-            "encoded_tokens": st["encoded_tokens"], "reencoded_tokens": st["reencoded_tokens"],
-            "reencoded_share": round(st["reencoded_tokens"] / max(1, st["encoded_tokens"]), 4),
-            "pad_tokens": st["pad_tokens"], "generated_tokens": policy.generated_tokens,
-            "generate_calls": len(st["calls"]), "wall_s": round(wall, 2),
-            "generate_s": round(policy.generate_seconds, 2),
-            "harness_tokens_per_s": round(harness_tps, 1), "raw_generate_tokens_per_s": round(raw_tps, 1),
-            "raw_generate_s": round(raw_s, 2), "raw_generated_tokens": raw_tokens,
-            "ratio": round(harness_tps / raw_tps, 3) if raw_tps else None,
-            # one digest of every episode's messages: equal with and without --no-reuse when greedy results match
-            "transcripts_sha256": hashlib.sha256(json.dumps([r["messages"] for r in records], sort_keys=True)
-                                                 .encode()).hexdigest()[:16],
-        })
-        r = rows[-1]
-        print(f"{key:<11} {r['episodes']:>4} {r['turns']:>5} {r['prompt_tokens']:>9} {r['encoded_tokens']:>9} "
-              f"{100 * r['reencoded_share']:>7.1f}% "
-              f"{r['pad_tokens']:>8} {r['generated_tokens']:>7} {r['wall_s']:>7.1f} {r['harness_tokens_per_s']:>8.1f} "
-              f"{r['raw_generate_tokens_per_s']:>8.1f} {r['ratio'] or 0:>6.2f}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for key in benchmarks:
+            t0 = time.perf_counter()
+            m = evaluate(cfg, model_dir, Path(tmp) / key, benchmarks=[key])
+            wall = time.perf_counter() - t0
+            records = [json.loads(line) for line in (Path(tmp) / key / "records" / f"{key}.jsonl").open()]
+            tokens = (m.get("generated_tokens_by_benchmark") or {}).get(key, m.get("generated_tokens") or 0)
+            rows.append({
+                "benchmark": key, "desk": BENCHMARKS[key].env in DESKS, "score": m["scores"][key],
+                "tasks": m["n_tasks"][key], "k": m["k_by_benchmark"][key], "temperature": m["temperature"][key],
+                "episodes": len(records), "turns": sum(r.get("turns", 0) for r in records),
+                "generated_tokens": tokens, "wall_s": round(wall, 2), "generate_s": m.get("generate_seconds"),
+                "tokens_per_s": round(tokens / wall, 1) if wall else None,
+                "transcripts_sha256": hashlib.sha256(json.dumps([r["messages"] for r in records], sort_keys=True)
+                                                     .encode()).hexdigest()[:16],
+            })
+            r = rows[-1]
+            print(f"{key:<11} {r['tasks']:>4} x {r['k']} @ {r['temperature']:<4} {r['episodes']:>5} {r['turns']:>6} "
+                  f"{r['generated_tokens']:>8} {r['wall_s']:>7.1f} {r['tokens_per_s']:>8.1f}  "
+                  f"score {r['score']:>5.1f}  {r['transcripts_sha256']}", flush=True)
     return rows
+
+
+def totals(rows: list[dict]) -> dict:
+    out = {}
+    for name, part in (("single_turn", [r for r in rows if not r["desk"]]), ("desks", [r for r in rows if r["desk"]]),
+                       ("all", rows)):
+        tokens, wall = sum(r["generated_tokens"] for r in part), sum(r["wall_s"] for r in part)
+        out[name] = {"generated_tokens": tokens, "wall_s": round(wall, 1),
+                     "tokens_per_s": round(tokens / wall, 1) if wall else None}
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,15 +69,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="overrides", nargs="*", action="extend", default=[], metavar="KEY=VALUE")
     ap.add_argument("--benchmarks", nargs="*", default=None)
     ap.add_argument("--json", default=None)
-    ap.add_argument("--no-reuse", action="store_true",
-                    help="re-encode every prompt whole (the harness before per-episode KV caches), for comparison")
+    ap.add_argument("--no-speed", action="store_true", help="skip benchmarks/machine_speed.py's reference work")
     args = ap.parse_args(argv)
 
+    import acl_lib
     from acl_lib.config import load_config
     from acl_lib.envs import BENCHMARKS
     from acl_lib.progress import hf_progress_bars
-
-    DESKS = ("retail", "telecom", "mock")  # the multi-turn desk worlds (environment names)
 
     hf_progress_bars(False)
     cfg = load_config(args.profile, args.overrides, seed=0)
@@ -110,39 +83,31 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [b for b in benchmarks if b not in BENCHMARKS]
     if unknown:
         ap.error(f"unknown benchmark(s) {unknown}; known: {list(BENCHMARKS)}")
-    print(f"model {args.model_dir}, profile {args.profile}: eval.batch_size {cfg.eval.batch_size}, limits per "
-          f"benchmark (max_turns, max_new_tokens): "
-          + ", ".join(f"{b} {cfg.eval.limits_for(b)}" for b in benchmarks))
-    print(f"{'benchmark':<11} {'eps':>4} {'turns':>5} {'prompt_tok':>9} {'encoded':>9} {'re-enc':>8} {'pad_tok':>8} "
-          f"{'gen_tok':>7} {'wall_s':>7} {'tok/s':>8} {'raw tok/s':>8} {'ratio':>6}")
-    rows = measure(cfg, args.model_dir, benchmarks, reuse_kv=not args.no_reuse)
-    desk = [r for r in rows if BENCHMARKS[r["benchmark"]].env in DESKS]
+    speed = None
+    if not args.no_speed:
+        import machine_speed
 
-    def share(rs):
-        return round(sum(r["reencoded_tokens"] for r in rs) / max(1, sum(r["encoded_tokens"] for r in rs)), 4)
-
-    harness = sum(r["generated_tokens"] for r in rows) / max(1e-9, sum(r["wall_s"] for r in rows))
-    raw = sum(r["raw_generated_tokens"] for r in rows) / max(1e-9, sum(r["raw_generate_s"] for r in rows))
-    total = {"wall_s": round(sum(r["wall_s"] for r in rows), 1), "reencoded_share": share(rows),
-             "desk_benchmarks": [r["benchmark"] for r in desk], "desk_reencoded_share": share(desk) if desk else None,
-             "harness_tokens_per_s": round(harness, 1), "raw_generate_tokens_per_s": round(raw, 1),
-             "ratio": round(harness / raw, 3) if raw else None}
-    print(f"total wall {total['wall_s']} s; re-encoded share of all encoded tokens "
-          f"{100 * total['reencoded_share']:.1f}%"
-          + (f", of the desks' ({', '.join(total['desk_benchmarks'])}) {100 * total['desk_reencoded_share']:.1f}%"
-             if desk else "")
-          + f"; harness {total['harness_tokens_per_s']} generated tokens/s against raw generate "
-            f"{total['raw_generate_tokens_per_s']} (ratio {total['ratio']})")
-    print("transcript digests: " + ", ".join(f"{r['benchmark']} {r['transcripts_sha256']}" for r in rows))
+        speed = {t: round(machine_speed.reference_work(t), 2) for t in (1, 2)}
+        print(f"machine_speed.py reference work: {speed[1]} s at 1 thread, {speed[2]} s at 2")
+    print(f"acl_lib from {Path(acl_lib.__file__).parent}; model {args.model_dir}, profile {args.profile}, "
+          f"torch_threads {cfg.torch_threads}")
+    print(f"{'benchmark':<11} {'n':>4}   k @ temp {'eps':>5} {'turns':>6} {'gen_tok':>8} {'wall_s':>7} {'tok/s':>8}")
+    rows = measure(cfg, args.model_dir, benchmarks)
+    tot = totals(rows)
+    for name, t in tot.items():
+        print(f"{name}: {t['generated_tokens']} generated tokens in {t['wall_s']} s, {t['tokens_per_s']} tokens/s")
     name = Path(args.model_dir).name if Path(args.model_dir).name != "model" else Path(args.model_dir).parent.name
-    out = Path(args.json or Path(cfg.output_dir) / "benchmarks"
-               / f"throughput-{name}{'-no-reuse' if args.no_reuse else ''}.json")
+    out = Path(args.json or Path(cfg.output_dir) / "benchmarks" / f"throughput-{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": args.model_dir, "profile": args.profile, "reuse_kv": not args.no_reuse,
-                               "eval": cfg.to_dict()["eval"],
-                               "benchmarks": rows, "total": total}, indent=2))
+    out.write_text(json.dumps({"model": args.model_dir, "profile": args.profile, "acl_lib": str(Path(acl_lib.__file__)
+                                                                                               .parent),
+                               "machine_speed_s": speed, "eval": cfg.to_dict()["eval"], "benchmarks": rows,
+                               "totals": tot}, indent=2))
     print(f"written: {out}")
 
 
 if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # machine_speed beside this file
     main()

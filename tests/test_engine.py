@@ -114,14 +114,18 @@ def test_sampling_draws_from_the_temperature_and_top_p_distribution():
 
     logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -3.0]])
     n = 20000
-    gens = [torch.Generator().manual_seed(s) for s in range(n)]
-    picks = Engine._pick(logits.expand(n, -1), gens, temperature=0.7, top_p=0.8)
+    uniforms = torch.rand(n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    picks = Engine._pick(logits.expand(n, -1), uniforms, temperature=0.7, top_p=0.8)
     scores = TopPLogitsWarper(0.8)(None, logits / 0.7)
     want = scores.softmax(-1)[0]
     got = torch.bincount(picks, minlength=6).float() / n
     assert torch.all(got[want == 0] == 0)  # outside the nucleus: never drawn
     assert torch.allclose(got, want, atol=0.015), (got, want)
-    assert torch.equal(Engine._pick(logits, gens[:1], 0.0, 1.0), torch.tensor([0]))
+    assert torch.equal(Engine._pick(logits, None, 0.0, 1.0), torch.tensor([0]))
+    # a nucleus wider than the top-k shortcut (a flat distribution): drawn over the whole vocabulary
+    flat = torch.zeros(n, 300)
+    wide = Engine._pick(flat, uniforms, temperature=1.0, top_p=0.9)
+    assert wide.max() > Engine.NUCLEUS_K and len(set(wide.tolist())) > 250
 
 
 def test_bad_requests_fail_clearly(tiny_model, stops):

@@ -240,7 +240,10 @@ def test_grpo_trainer_rollout_stops_at_the_models_context(base_dir, tmp_path, mo
     blocked = [(e.episode.end_reason or "").startswith("context limit") for e in trainer.environments]
     assert any(blocked) and not all(blocked) and seen  # the desk's prompts differ in length
     for e, b in zip(trainer.environments, blocked):
-        assert b == (len(trl_env.prompt_ids_for(tok, e.episode)) + cap > ctx)
+        # a blocked episode's next request would not have fitted; one that was not blocked sent only requests that
+        # fitted (``seen``) and may have ended otherwise (its world ended it) with a longer conversation
+        if b:
+            assert len(trl_env.prompt_ids_for(tok, e.episode)) + cap > ctx
     assert out["completion_ids"].shape == out["tool_mask"].shape == out["completion_mask"].shape
 
 

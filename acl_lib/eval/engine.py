@@ -20,8 +20,8 @@ needs, top to bottom:
    place, and attends over the cache up to the longest live row (not the capacity). Rows that reached a stop id
    or their token budget leave the batch: the cache is compacted once a quarter of the rows have finished.
 3. **Sampling.** Greedy is argmax. Sampled rows (temperature > 0, optionally top-p) each draw from a
-   ``torch.Generator`` of their own (``Row.generator``), so a row's samples do not depend on which rows share its
-   batch, or in which order.
+   ``torch.Generator`` of their own (``Row.generator``: one uniform per token, drawn for the row's whole budget at
+   the start of a call), so a row's samples do not depend on which rows share its batch, or in which order.
 
 Weights are read from the model when the engine is made (q/k/v and gate/up projections concatenated, which on the
 suite's pinned CPU kernels gives the same bits as separate products): make a new engine after the weights change
@@ -157,7 +157,10 @@ class Engine:
         self.embed = inner.embed_tokens.weight.detach()
         self.device, self.dtype = self.embed.device, self.embed.dtype
         self.norm = inner.norm.weight.detach()
-        self.lm_head = base.lm_head.weight.detach()
+        # an output layer that is not a plain linear map (a test's scripted head) is called as it is
+        head = base.lm_head
+        self.lm_head = head.weight.detach() if isinstance(head, torch.nn.Linear) else None
+        self._head = head
         self.layers, active = [], set()
         for layer in inner.layers:
             att, mlp = layer.self_attn, layer.mlp
@@ -229,7 +232,8 @@ class Engine:
         return h + lay["down"](F.silu(gu[..., :self.intermediate]) * gu[..., self.intermediate:], groups)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(_rms(h, self.norm, self.eps), self.lm_head)
+        x = _rms(h, self.norm, self.eps)
+        return F.linear(x, self.lm_head) if self.lm_head is not None else self._head(x)
 
     # -- encoding a shared prefix ----------------------------------------------------------------------------
 
@@ -285,18 +289,18 @@ class Engine:
                     k[i, :, : cached[i]] = pk
                     v[i, :, : cached[i]] = pv
         row_idx = torch.arange(n, device=dev)[:, None]
+        rep = self.n_heads // self.n_kv
         # query j of row i sees keys 0 .. cached_i + j (its prefix and its own tokens up to itself)
         mask = (torch.arange(span, device=dev)[None, None, :] <= pos[:, :, None])[:, None]  # (rows, 1, S, span)
-        rep = self.n_heads // self.n_kv
 
         def write(keys, values, k, v):
             keys[row_idx, :, pos] = k.transpose(1, 2)
             values[row_idx, :, pos] = v.transpose(1, 2)
 
         def attend(q, keys, values):
-            kk = keys[:, :, :span].repeat_interleave(rep, dim=1) if rep > 1 else keys[:, :, :span]
-            vv = values[:, :, :span].repeat_interleave(rep, dim=1) if rep > 1 else values[:, :, :span]
-            o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask)
+            # enable_gqa: each query head reads its key-value head in place (no repeated copy of the cache)
+            o = F.scaled_dot_product_attention(q, keys[:, :, :span], values[:, :, :span], attn_mask=mask,
+                                               enable_gqa=rep > 1)
             return o.transpose(1, 2).reshape(n, S, self.n_heads * self.head_dim)
 
         groups = self._groups([r.adapter for r in rows])
@@ -346,8 +350,19 @@ class Engine:
         groups = self._groups(adapters)
         rep = self.n_heads // self.n_kv
         finished = torch.zeros(len(rows), dtype=torch.bool)  # per physical row, since the last compaction
+        # Sampled rows draw one uniform a step from their own stream, all of a call's at once: (requests, budget).
+        draws = None
+        if temperature > 0:
+            draws = torch.zeros(len(rows), max(budgets), dtype=torch.float64)
+            for i, r in enumerate(rows):
+                draws[i, : budgets[i]] = torch.rand(budgets[i], generator=r.generator, dtype=torch.float64)
+            draws = draws.to(dev)
         while True:
-            nxt = self._pick(logits, [rows[i].generator for i in live], temperature, top_p)
+            u = None
+            if draws is not None:  # each live row's next uniform (a finished row's draw is not used)
+                steps = [min(len(tokens[i]), budgets[i] - 1) for i in live]
+                u = draws[torch.tensor(live, device=dev), torch.tensor(steps, device=dev)]
+            nxt = self._pick(logits, u, temperature, top_p)
             nxt_list = nxt.tolist()
             is_stop = torch.isin(nxt, stops).tolist()
             for p, i in enumerate(live):
@@ -402,23 +417,27 @@ class Engine:
             h = self._layer(h, lay, groups, cos, sin, keys, values, write, attend)
         return self._logits(h[:, 0])
 
-    @staticmethod
-    def _pick(logits: torch.Tensor, generators, temperature: float, top_p: float) -> torch.Tensor:
+    NUCLEUS_K = 64  # top-p is cut within the 64 likeliest tokens, and over the whole vocabulary where they fall short
+
+    @classmethod
+    def _pick(cls, logits: torch.Tensor, uniforms: torch.Tensor | None, temperature: float,
+              top_p: float) -> torch.Tensor:
         """The next token per row: argmax (temperature 0), else a draw from softmax(logits / temperature) cut to
-        the top-p nucleus (transformers' ``TopPLogitsWarper`` rule), each row from its own generator
-        (exponential race: argmax of p / E with E ~ Exp(1), which draws from p)."""
+        the top-p nucleus (transformers' ``TopPLogitsWarper`` rule: a token stays while the mass of the tokens
+        likelier than it is below ``top_p``), by inverse CDF with one uniform per row (``uniforms``, (rows,))."""
         if temperature <= 0:
             return logits.argmax(-1)
         scores = logits.float() / temperature
-        if top_p < 1.0:
-            sorted_scores, order = torch.sort(scores, descending=False, dim=-1)
-            cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-            drop_sorted = cum <= (1 - top_p)
-            drop_sorted[..., -1:] = False  # keep at least the most likely token
-            drop = drop_sorted.scatter(1, order, drop_sorted)
-            scores = scores.masked_fill(drop, float("-inf"))
+        k = scores.shape[-1] if top_p >= 1.0 else min(cls.NUCLEUS_K, scores.shape[-1])
         probs = scores.softmax(dim=-1)
-        noise = torch.empty_like(probs)
-        for p, g in enumerate(generators):
-            noise[p].exponential_(generator=g)
-        return (probs / noise).argmax(-1)
+        top, order = torch.topk(probs, k, dim=-1) if k < probs.shape[-1] else torch.sort(probs, -1, descending=True)
+        if top_p < 1.0:
+            short = top.sum(-1) < top_p  # the nucleus reaches past the top k: that row over the whole vocabulary
+            if bool(short.any()):
+                top, order = torch.sort(probs, -1, descending=True)
+            above = top.cumsum(-1) - top  # mass of the tokens likelier than each one
+            top = top.masked_fill(above >= top_p, 0.0)
+        cdf = top.cumsum(-1)
+        u = uniforms.to(cdf.dtype) * cdf[:, -1]
+        idx = torch.searchsorted(cdf, u[:, None]).clamp_(max=cdf.shape[-1] - 1)
+        return order.gather(1, idx).squeeze(1)

@@ -310,6 +310,10 @@ class VLLMPolicy(HFPolicy):
         self.generated_tokens = 0
         self.generate_seconds = 0.0
 
+    def set_sampling_seed(self, seed: int) -> None:
+        """Nothing per benchmark: the engine samples from its own seed (``vllm_engine_args``)."""
+        self.sampling_seed = int(seed)
+
     def sampling_args(self) -> dict:
         return vllm_sampling_args(self.stop_ids, self.max_new_tokens, self.temperature, self.top_p)
 

@@ -113,6 +113,8 @@ class TurnGenerator:
         for i, (key, ids) in enumerate(rows):
             if not ids:
                 raise ValueError(f"row {i} (episode {key!r}) has an empty prompt")
+        if not rows:
+            return []
         if seeds is not None and len(seeds) != len(rows):
             raise ValueError(f"{len(seeds)} seeds for {len(rows)} rows")
         if self.reuse:

@@ -99,9 +99,11 @@ def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks
             model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
             environment_factory=trl_env.environment_factory(env, max_turns), rollout_func=rollout, **trainer_kw,
         )
+    # On CPU the suite's engine samples the completions (each prompt encoded once for its group); vLLM keeps TRL's.
+    rollout = {} if cfg.grpo.use_vllm else {"rollout_func": trl_env.SingleTurnRollout()}
     return GRPOTrainer(
         model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
-        reward_funcs=[trl_env.EpisodeReward(env, tok)], **trainer_kw,
+        reward_funcs=[trl_env.EpisodeReward(env, tok)], **rollout, **trainer_kw,
     )
 
 

@@ -426,6 +426,47 @@ def engine_sampling(generation_config) -> dict:
             "top_p": float(g.top_p if g.top_p is not None else 1.0)}
 
 
+@contextmanager
+def generation_model(trainer):
+    """The trainer's model, whole and local to this rank, for the engine to read (TRL's
+    ``unwrap_model_for_generation``: ZeRO-3's parameters gathered, its hooks off, ``zero3_forwards_stay_local``)."""
+    from trl.models import unwrap_model_for_generation
+
+    if trainer.is_deepspeed_enabled and not trainer.args.ds3_gather_for_generation:
+        raise ValueError("CPU rollouts need ds3_gather_for_generation=True under ZeRO-3: with sharded weights every "
+                         "rank must run the same forward passes, and episodes end unevenly")
+    with unwrap_model_for_generation(
+        trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+        generation_kwargs=getattr(trainer, "generation_kwargs", None),
+    ) as model, zero3_forwards_stay_local(trainer.model_wrapped):
+        yield model
+
+
+class SingleTurnRollout:
+    """TRL ``rollout_func`` for single-turn worlds (math, IF) on CPU: the engine samples every completion.
+
+    TRL hands the prompts repeated ``num_generations`` times; the engine encodes each distinct prompt once and
+    copies its cache to the group's generations (``acl_lib.eval.engine``), and each generation draws from a stream
+    of its own, seeded from torch's generator (restored with a checkpoint: a resumed run draws the same). A
+    completion is at most ``max_completion_length`` tokens and ends at the first stop id (kept, as TRL keeps the
+    eos it generated). Prompts are rendered as TRL renders them (the chat template with the generation prompt).
+    Under vLLM (the paper profile) TRL's own generation runs instead (``grpo.build_trainer``)."""
+
+    def __init__(self):
+        self.__name__ = "single_turn_rollout"
+
+    def __call__(self, prompts: list, trainer) -> dict[str, Any]:
+        tok = trainer.processing_class
+        prompt_ids = [list(tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False))
+                      for p in prompts]
+        with generation_model(trainer) as model:
+            gen = TurnGenerator(model, tok.pad_token_id, stop_token_ids(tok), batch_size=len(prompt_ids),
+                                reuse=False)
+            outs = gen.generate(list(enumerate(prompt_ids)), trainer.max_completion_length,
+                                **engine_sampling(trainer.generation_config))
+        return {"prompt_ids": prompt_ids, "completion_ids": outs, "logprobs": None}
+
+
 def hf_policy(trainer) -> Policy:
     """A ``Policy`` sampling from the trainer's model with the suite's engine (CPU / no vLLM).
 
@@ -504,8 +545,6 @@ class EpisodeRollout:
         return self._template[1]
 
     def __call__(self, prompts: list, trainer) -> dict[str, Any]:
-        from trl.models import unwrap_model_for_generation
-
         envs = trainer.environments
         if envs is None or len(envs) != len(prompts):
             raise RuntimeError("EpisodeRollout needs environment_factory=trl_env.environment_factory(...)")
@@ -519,16 +558,9 @@ class EpisodeRollout:
         elif trainer.use_vllm:
             rolls = run(vllm_policy(trainer))
         else:
-            if trainer.is_deepspeed_enabled and not trainer.args.ds3_gather_for_generation:
-                raise ValueError("multi-turn rollouts need ds3_gather_for_generation=True under ZeRO-3: with sharded "
-                                 "weights every rank must run the same forward passes, and episodes end unevenly")
             # One unwrap for the whole multi-turn rollout: under ZeRO-3 the gather is a collective, so every
             # process enters and leaves it once whatever number of turns its own episodes take.
-            with unwrap_model_for_generation(
-                trainer.model_wrapped, trainer.accelerator,
-                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
-                generation_kwargs=getattr(trainer, "generation_kwargs", None),
-            ) as model, zero3_forwards_stay_local(trainer.model_wrapped):
+            with generation_model(trainer) as model:
                 trainer._acl_gen_model = model
                 try:
                     rolls = run(hf_policy(trainer))
