@@ -3,8 +3,11 @@
 Everything here reads files of the run store and nothing else:
 
 * scores: ``<output_dir>/<profile>/seed<k>/<run>/eval/metrics.json`` (key ``scores``, percent per benchmark;
-  ``n_tasks`` per benchmark and ``k_by_benchmark`` (or, in older files, ``k``), the samples per task, which give
-  each score its binomial standard error);
+  ``n_tasks`` per benchmark and ``k_by_benchmark`` (or, in older files, ``k``), the samples per task);
+* each score's per-task pass counts: ``<run>/eval/records/<benchmark>.jsonl`` (one line per episode, its task ``id``
+  and ``reward``), read when a standard error needs them, which cluster the score's standard error by task and pair
+  the difference of two runs on the same tasks (:mod:`acl_lib.noise`; a run without records falls back to the
+  binomial standard error of its ``n_tasks`` x k episodes);
 * diagnostics: ``<seed_dir>/diagnostics/{weights,tokens,cl_metrics}.json`` (the weight and token diagnostics) and
   ``<seed_dir>/sdft_directions/directions.json`` (the SDFT step's update-direction check).
 
@@ -13,8 +16,9 @@ reader who ran a subset of the notebooks gets the tables of what is there and th
 
 Means and spreads: ``mean`` over the seeds that have the value, ``std`` the sample standard deviation
 (``ddof=1``) over them, 0.0 with a single seed. The findings compare numbers through
-:meth:`FinalData.estimate` (:mod:`acl_lib.noise`: the binomial standard error of each score combined with the
-spread over seeds), so one seed still has a noise floor. The score tables show mean ± std by default and
+:meth:`FinalData.estimate` and :meth:`FinalData.contrast` (:mod:`acl_lib.noise`: each score's standard error
+clustered by task, a difference's paired by task, combined with the spread over seeds), so one seed still has a
+noise floor. The score tables show mean ± std by default and
 mean ± that combined standard error with ``error="se"``.
 
 Public entry points: :func:`seed_dirs`, :func:`collect` (-> :class:`FinalData`), :func:`collect_profile`,
@@ -39,7 +43,18 @@ from acl_lib.config import load_config
 from acl_lib.diagnostics.cl_metrics import capability_matrix, cl_metrics
 from acl_lib.diagnostics.weights import UPDATE_DIRECTIONS
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
-from acl_lib.noise import Estimate, mean_of, samples_per_task
+from acl_lib.noise import (
+    Estimate,
+    TaskCounts,
+    binomial_se,
+    clustered_se,
+    combine,
+    contrast_se,
+    matches,
+    mean_of,
+    read_task_counts,
+    samples_per_task,
+)
 from acl_lib.pipeline import checkpoint_names
 from acl_lib.views import paper_results, trajectory_figure
 
@@ -89,7 +104,9 @@ class FinalData:
     """What the final-tables step reads, per seed. ``scores[run][seed] = {benchmark: %}``;
     ``diagnostics[name][seed]`` the parsed JSON; ``missing`` ``{what: [seeds without it]}`` for every run and
     diagnostics file asked for; ``tasks[run][seed] = {benchmark: n_tasks}`` and ``samples[run][seed] = k`` (an
-    int, or ``{benchmark: k}``) where ``metrics.json`` records them."""
+    int, or ``{benchmark: k}``) where ``metrics.json`` records them; ``eval_dirs[run][seed]`` the evaluation
+    directory whose ``records/`` give each score's per-task pass counts, read on first use into ``counts``
+    (``{(run, seed, benchmark): TaskCounts or None}``; a test may fill it directly)."""
 
     seeds: list[int]
     curriculum: list[str]
@@ -101,6 +118,8 @@ class FinalData:
     study: dict = field(default_factory=dict)
     tasks: dict[str, dict[int, dict[str, int]]] = field(default_factory=dict)
     samples: dict[str, dict[int, int | dict[str, int]]] = field(default_factory=dict)
+    eval_dirs: dict[str, dict[int, Path]] = field(default_factory=dict)
+    counts: dict[tuple[str, int, str], TaskCounts | None] = field(default_factory=dict, repr=False)
 
     @property
     def oracles(self) -> list[str]:
@@ -116,18 +135,87 @@ class FinalData:
     def mean(self, run: str, benchmark: str) -> float | None:
         return summarize([s.get(benchmark) for s in self.row(run).values()])[0]
 
+    def _name(self, run: str) -> str:
+        return self.final_run if run == "seq_final" else run
+
+    def task_counts(self, run: str, seed: int, benchmark: str) -> TaskCounts | None:
+        """The per-task pass counts of a run's score at a seed (its evaluation's ``records/<benchmark>.jsonl``),
+        None where there are no records or they do not give the score ``metrics.json`` reports."""
+        name = self._name(run)
+        key = (name, seed, benchmark)
+        if key not in self.counts:
+            where = self.eval_dirs.get(name, {}).get(seed)
+            self.counts[key] = None if where is None else read_task_counts(Path(where) / "records" /
+                                                                          f"{benchmark}.jsonl")
+        tc = self.counts[key]
+        return tc if matches(tc, self.row(name).get(seed, {}).get(benchmark)) else None
+
+    def seed_se(self, run: str, seed: int, benchmark: str) -> float | None:
+        """The standard error (points) of a run's score at one seed: clustered by task from its records, else the
+        binomial fallback from ``n_tasks`` and k; None when neither is known."""
+        tc = self.task_counts(run, seed, benchmark)
+        if tc is not None:
+            return clustered_se(tc)
+        name = self._name(run)
+        score = self.row(name).get(seed, {}).get(benchmark)
+        n = self.tasks.get(name, {}).get(seed, {}).get(benchmark)
+        k = self.samples.get(name, {}).get(seed, 1)
+        k = k.get(benchmark, 1) if isinstance(k, dict) else k
+        return binomial_se(score, n, k or 1) if has_value(score) and n else None
+
+    def binomial_fallback(self) -> list[str]:
+        """``"run (seed s)"`` for every evaluation with a score whose standard error is the binomial fallback (no
+        records on disk that give it)."""
+        return [f"{run} (seed {s})" for run, per in self.scores.items() for s in sorted(per)
+                if any(has_value(v) and self.task_counts(run, s, b) is None for b, v in per[s].items())]
+
+    def clustered(self, run: str, benchmark: str) -> bool:
+        """Whether every seed's standard error of this score is clustered by task (records on disk)."""
+        per = self.row(run)
+        seeds = [s for s in per if has_value(per[s].get(benchmark))]
+        return bool(seeds) and all(self.task_counts(run, s, benchmark) is not None for s in seeds)
+
     def estimate(self, run: str, benchmark: str) -> Estimate | None:
-        """A run's score on a benchmark over the seeds that have it, with its noise floor: the binomial standard
-        error of each seed's score (its ``n_tasks`` and ``k``) combined with the spread over seeds
-        (:class:`acl_lib.noise.Estimate`); None when no seed has the score."""
-        name = self.final_run if run == "seq_final" else run
+        """A run's score on a benchmark over the seeds that have it, with its noise floor: each seed's standard
+        error (:meth:`seed_se`: clustered by task, the binomial fallback without records) combined with the spread
+        over seeds (:class:`acl_lib.noise.Estimate`); None when no seed has the score."""
         per = self.row(run)
         seeds = [s for s in sorted(per) if has_value(per[s].get(benchmark))]
-        tasks = self.tasks.get(name, {})
-        ks = [self.samples.get(name, {}).get(s, 1) for s in seeds]
-        ks = [k.get(benchmark, 1) if isinstance(k, dict) else k for k in ks]
-        return Estimate.of_scores([per[s][benchmark] for s in seeds],
-                                  [tasks.get(s, {}).get(benchmark) for s in seeds], ks)
+        if not seeds:
+            return None
+        return Estimate.of_values([per[s][benchmark] for s in seeds], [self.seed_se(run, s, benchmark) for s in seeds])
+
+    def contrast(self, weights: Mapping[str, float], benchmark: str) -> Estimate | None:
+        """``sum_r w_r score_r`` of runs on one benchmark (``weights`` ``{run: w}``; ``{a: 1, b: -1}`` is ``a - b``),
+        per seed over the seeds that have every run, each seed's standard error paired by task
+        (:func:`acl_lib.noise.contrast_se`, where every run has records of the same tasks; else the runs taken as
+        independent), combined over those seeds like a score. With no seed that has every run, the runs' estimates
+        taken as independent. None when a run has no score."""
+        ws: dict[str, float] = {}
+        for run, w in weights.items():
+            ws[self._name(run)] = ws.get(self._name(run), 0.0) + float(w)
+        ws = {r: w for r, w in ws.items() if w}
+        if not ws:
+            return Estimate.exact(0.0)
+        seeds = [s for s in self.seeds if all(has_value(self.row(r).get(s, {}).get(benchmark)) for r in ws)]
+        if not seeds:
+            ests = [self.estimate(r, benchmark) for r in ws]
+            return None if any(e is None for e in ests) else combine(ests, list(ws.values()))
+        values, ses = [], []
+        for s in seeds:
+            values.append(sum(w * self.row(r)[s][benchmark] for r, w in ws.items()))
+            tcs = [self.task_counts(r, s, benchmark) for r in ws]
+            if all(tc is not None for tc in tcs):
+                ses.append(contrast_se(list(zip(ws.values(), tcs))))
+                continue
+            each = [self.seed_se(r, s, benchmark) for r in ws]
+            ses.append(None if any(e is None for e in each)
+                       else math.sqrt(sum((w * e) ** 2 for w, e in zip(ws.values(), each))))
+        return Estimate.of_values(values, ses)
+
+    def diff(self, a: str, b: str, benchmark: str) -> Estimate | None:
+        """``a - b`` on ``benchmark``, paired by task and by seed (:meth:`contrast`)."""
+        return self.contrast({a: 1.0, b: -1.0}, benchmark)
 
 
 def collect(seed_dirs: Mapping[int, str | Path], curriculum: Sequence[str] = domains.ORDER,
@@ -147,6 +235,7 @@ def collect(seed_dirs: Mapping[int, str | Path], curriculum: Sequence[str] = dom
             m = _read_json(Path(seed_dirs[seed]) / run / "eval" / "metrics.json")
             if m is not None and isinstance(m.get("scores"), dict):
                 data.scores.setdefault(run, {})[seed] = m["scores"]
+                data.eval_dirs.setdefault(run, {})[seed] = Path(seed_dirs[seed]) / run / "eval"
                 if isinstance(m.get("n_tasks"), dict):
                     data.tasks.setdefault(run, {})[seed] = m["n_tasks"]
                 if m.get("k") is not None or m.get("k_by_benchmark") is not None:
@@ -209,8 +298,9 @@ def aggregate(per_seed: Mapping[int, Mapping[str, float]], benchmarks: Sequence[
 
 
 ERRORS = {"std": "ours: mean ± sample std over seeds (no spread shown with one seed)",
-          "se": "ours: mean ± standard error over seeds (acl_lib.noise: each seed's binomial standard error from its "
-                "n_tasks x k, combined with the spread over seeds)"}
+          "se": "ours: mean ± standard error over seeds (acl_lib.noise: each seed's standard error clustered by task "
+                "from its records, the binomial one of n_tasks x k where a run has none, combined with the spread "
+                "over seeds)"}
 
 
 def fmt_estimate(est: Estimate | None, digits: int = 1) -> str:

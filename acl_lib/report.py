@@ -247,8 +247,9 @@ def one_seed_markdown(cfg) -> str:
     out = [f"Profile `{cfg.profile}`, seed {cfg.seed}, world seed {cfg.worlds.seed}; runs finished "
            f"{min(done)[:10]} to {max(done)[:10]}; code {', '.join(sorted(codes))}. Scores in percent "
            f"({cfg.worlds.n_test} in-domain and {cfg.worlds.n_ood} out-of-domain tasks per benchmark, "
-           f"{sampling_text(cfg)}); in bold, the benchmark the run trained for; the last row, the largest binomial "
-           f"standard error of a score in its column (points, n tasks x k samples; `acl_lib.noise`).", "",
+           f"{sampling_text(cfg)}); in bold, the benchmark the run trained for; the last row, the largest standard "
+           f"error of a score in its column (points, clustered by task from the runs' records, the binomial one of "
+           f"n tasks x k samples where a run has none; `acl_lib.noise`).", "",
            md_table(["run"] + BENCH_ORDER, rows), ""]
     paper = paper_results()["main_table"]
     seq = [n for n in names if n.startswith("seq")]
@@ -326,8 +327,9 @@ def final_tables_markdown(data: FinalData, provenance: str = "", rows: list[dict
                        _signed(r["smallest"])] for run, r in lifts.iterrows()]), ""]
     rows = rows if rows is not None else findings.judge(data)
     out += [f"The study's findings, judged by the rules of `acl_lib.findings` ({findings.verdict_summary(rows)}):", "",
-            md_table(["finding", "verdict", "ours", "study", "rule"],
-                      [[_md_text(r[k]) for k in ("finding", "verdict", "ours", "study", "rule")] for r in rows]),
+            md_table(["finding", "verdict", "ours", "study", "power", "rule"],
+                      [[_md_text(r[k]) for k in ("finding", "verdict", "ours", "study", "power", "rule")]
+                       for r in rows]),
             "", f"Noise floor: {findings.NOISE_FLOOR}."]
     if data.missing:
         out += ["", "Missing for some seeds: " + "; ".join(f"{w} (seeds {', '.join(map(str, s))})"

@@ -26,7 +26,7 @@ import yaml
 from acl_lib import png_export
 from acl_lib.config import setting_text
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
-from acl_lib.noise import samples_per_task, score_se
+from acl_lib.noise import contrast_se, matches, read_task_counts, samples_per_task, score_se
 from acl_lib.pipeline import checkpoint_names
 from acl_lib.progress import hf_progress_bars
 
@@ -135,15 +135,35 @@ def load_scores(seed_dir: str | Path, runs: list[str]) -> dict[str, dict[str, fl
 
 
 def load_standard_errors(seed_dir: str | Path, runs: list[str]) -> dict[str, dict[str, float | None]]:
-    """``{run: {benchmark: points}}``: the binomial standard error of each score :func:`load_scores` reads, for the
-    same runs (``metrics.json``'s ``se``, or computed from its ``n_tasks`` and k for a file written before ``se``:
-    ``acl_lib.noise.score_se``). Pass it as ``se`` to :func:`scores_frame` or :func:`format_matrix`."""
+    """``{run: {benchmark: points}}``: the standard error of each score :func:`load_scores` reads, for the same
+    runs: clustered by task from the evaluation's ``records/<benchmark>.jsonl`` (``acl_lib.noise.clustered_se``),
+    else the binomial fallback (``metrics.json``'s ``se``, or computed from its ``n_tasks`` and k for a file
+    written before ``se``: ``acl_lib.noise.score_se``). Pass it as ``se`` to :func:`scores_frame` or
+    :func:`format_matrix`."""
     out = {}
     for name in runs:
         p = Path(seed_dir) / name / "eval" / "metrics.json"
         if p.exists():
             metrics = json.loads(p.read_text())
-            out[name] = {b: score_se(metrics, b) for b in metrics["scores"]}
+            out[name] = {b: score_se(metrics, b, read_task_counts(p.parent / "records" / f"{b}.jsonl"))
+                         for b in metrics["scores"]}
+    return out
+
+
+def load_change_errors(seed_dir: str | Path, before: str, after: str) -> dict[str, float | None]:
+    """``{benchmark: points}``: the standard error of ``after - before`` on each benchmark both scored, paired by
+    task from the two evaluations' records (``acl_lib.noise.contrast_se``: what the two checkpoints share on a
+    task cancels); None where either has no records that give its score (:func:`stage_change_frame` then combines
+    the two scores' errors as independent). Pass it as ``change_se`` to :func:`stage_change_frame`."""
+    evals = [Path(seed_dir) / run / "eval" for run in (before, after)]
+    if not all((e / "metrics.json").exists() for e in evals):
+        return {}
+    scores = [json.loads((e / "metrics.json").read_text())["scores"] for e in evals]
+    out: dict[str, float | None] = {}
+    for b in scores[0].keys() & scores[1].keys():
+        counts = [read_task_counts(e / "records" / f"{b}.jsonl") for e in evals]
+        ok = all(matches(tc, sc.get(b)) for tc, sc in zip(counts, scores))
+        out[b] = contrast_se([(-1.0, counts[0]), (1.0, counts[1])]) if ok else None
     return out
 
 
@@ -301,7 +321,7 @@ def scores_frame(scores: dict[str, dict[str, float]], paper: dict[str, dict] | N
                  benchmarks: list[str] | None = None, se: dict[str, dict[str, float | None]] | None = None):
     """DataFrame of scores (%): one row per checkpoint, one column per benchmark; with ``paper``, two columns
     per benchmark, ``ours`` and ``study`` (NaN where the study reports nothing). With ``se`` (``{run: {benchmark:
-    points}}``, :func:`load_standard_errors`) our cells are text, ``score ± se`` (the binomial standard error)."""
+    points}}``, :func:`load_standard_errors`) our cells are text, ``score ± se`` (its standard error)."""
     import pandas as pd
 
     benchmarks = benchmarks or BENCH_ORDER
@@ -327,10 +347,12 @@ def scores_frame(scores: dict[str, dict[str, float]], paper: dict[str, dict] | N
 
 
 def stage_change_frame(scores: dict[str, dict[str, float]], before: str, after: str,
-                       paper: dict[str, dict] | None = None, se: dict[str, dict[str, float | None]] | None = None):
+                       paper: dict[str, dict] | None = None, se: dict[str, dict[str, float | None]] | None = None,
+                       change_se: dict[str, float | None] | None = None):
     """What one stage changed, benchmark by benchmark: score before and after, the change, and the study's
     before / after / change where it reports them. With ``se`` (:func:`load_standard_errors`), a column ``± change``:
-    the change's standard error (the two scores' binomial errors combined as independent)."""
+    the change's standard error, paired by task where ``change_se`` (:func:`load_change_errors`) has it, else the
+    two scores' errors combined as independent."""
     import pandas as pd
 
     paper = paper or {}
@@ -342,7 +364,9 @@ def stage_change_frame(scores: dict[str, dict[str, float]], before: str, after: 
                "change": None if x is None or y is None else y - x}
         if se is not None:
             sx, sy = (se.get(before) or {}).get(b), (se.get(after) or {}).get(b)
-            row["± change"] = None if sx is None or sy is None else (sx * sx + sy * sy) ** 0.5
+            paired = (change_se or {}).get(b)
+            row["± change"] = (paired if paired is not None else
+                               None if sx is None or sy is None else (sx * sx + sy * sy) ** 0.5)
         row.update({"study before": px, "study after": py,
                     "study change": None if px is None or py is None else py - px})
         rows.append(row)

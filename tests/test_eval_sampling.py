@@ -180,12 +180,19 @@ def test_readers_use_each_benchmarks_own_k(tmp_path):
     old = {"scores": {"aime26": 50.0}, "n_tasks": {"aime26": 32}, "k": 2}
     assert score_se(old, "aime26") == binomial_se(50.0, 32, 2)
 
-    # the final tables' noise floor (FinalData.estimate -> acl_lib.noise)
+    # the final tables' noise floor (FinalData.estimate -> acl_lib.noise): clustered by task from the records the
+    # harness wrote; at 0 of the 4 x n episodes nothing says a task's 4 samples differ: n trials, not 4 n
     data = final.collect({0: cfg.seed_dir()}, seq_runs=["base"])
     est = data.estimate("base", "aime26")
-    assert est.sampling == pytest.approx(binomial_se(0.0, n, 4))
-    assert est.sampling != pytest.approx(binomial_se(0.0, n, 1))
+    assert data.clustered("base", "aime26") and est.sampling == pytest.approx(binomial_se(0.0, n, 1))
     assert data.estimate("base", "retail").sampling == pytest.approx(binomial_se(0.0, n, 1))
+    # without records (metrics.json alone): the binomial fallback of aime26's own 4 x n episodes
+    alone = tmp_path / "metrics_only" / "base" / "eval"
+    alone.mkdir(parents=True)
+    (alone / "metrics.json").write_text((eval_dir / "metrics.json").read_text())
+    fallback = final.collect({0: tmp_path / "metrics_only"}, seq_runs=["base"])
+    assert fallback.estimate("base", "aime26").sampling == pytest.approx(binomial_se(0.0, n, 4))
+    assert fallback.estimate("base", "aime26").sampling != pytest.approx(binomial_se(0.0, n, 1))
 
     # failure shares: every one of aime26's 4 x n episodes failed, i.e. 100% (not 400%)
     shares = views.failure_frame(eval_dir).groupby("benchmark")["share"].sum()

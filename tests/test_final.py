@@ -277,7 +277,8 @@ def test_final_tables_markdown_shows_mean_std_the_study_verdicts_and_what_is_mis
     f1 = next(x for x in lines if x.startswith("| F1 |"))
     assert f1.split(" | ")[1] == findings.rule_f1(data)["verdict"]  # the README shows the rule's verdict
     f4 = next(x for x in lines if x.startswith("| F4 |"))
-    assert "\\|" in f4 and len(f4.replace("\\|", "").split("|")) == 7  # a rule's |cosine| does not split the row
+    assert "\\|" in f4 and len(f4.replace("\\|", "").split("|")) == 8  # a rule's |cosine| does not split the row
+    assert "| finding | verdict | ours | study | power | rule |" in text  # each finding's power beside its verdict
     assert "Noise floor: ± is the combined standard error" in text
     assert "Missing for some seeds: " in text and "seq_if (seeds 2)" in text
 
@@ -428,3 +429,97 @@ def test_the_wall_time_of_the_run_that_made_the_seeds(tmp_path):
                                                                                                    "2": 6.3}}))
     assert "`benchmarks/machine_speed.py` takes 10.2 s at one thread and 6.3 s at two" in report.wall_time_markdown(
         cfg, [0, 1, 2])
+
+
+# --- the new verdicts and their power from a store with records --------------------------------------------------
+
+# A consolidated store like the study's: MMOPD and SDFT win math and search back and pay elsewhere, the uniform
+# merge wins little, MLE sits next to the oracles.
+CONSOLIDATED_LIKE = {**STUDY_LIKE, "mmopd": _scores(35, 40, 28, 60, ood=25), "sdft": _scores(33, 38, 10, 80, ood=20),
+                     "merge_uniform": _scores(20, 20, 12, 75, ood=15), "mle": _scores(38, 43, 28, 84, ood=30)}
+RECORD_TASKS = {"aime26": (32, 4)}  # tasks x samples; every other benchmark 32 tasks x 1
+
+
+def write_evaluation(seed_dir: Path, run: str, scores: dict) -> None:
+    """metrics.json and records/<benchmark>.jsonl as the harness writes them: a score of s% passes the first
+    round(s% of the episodes), task by task, so two runs share the tasks both pass (their gaps pair); the metrics'
+    scores are the records' own."""
+    eval_dir = seed_dir / run / "eval"
+    (eval_dir / "records").mkdir(parents=True, exist_ok=True)
+    got, n_tasks, ks = {}, {}, {}
+    for b, v in scores.items():
+        n, k = RECORD_TASKS.get(b, (32, 1))
+        hits = round(v / 100 * n * k)
+        with open(eval_dir / "records" / f"{b}.jsonl", "w") as f:
+            for i in range(n * k):
+                f.write(json.dumps({"id": f"{b}-{i // k}", "benchmark": b, "reward": 1.0 if i < hits else 0.0,
+                                    "failure": None if i < hits else "wrong", "sample": i % k}) + "\n")
+        got[b], n_tasks[b], ks[b] = 100 * hits / (n * k), n, k
+    (eval_dir / "metrics.json").write_text(json.dumps({"scores": got, "n_tasks": n_tasks, "k_by_benchmark": ks,
+                                                      "k": ks}))
+    for rel in (run, f"{run}/eval"):
+        (seed_dir / rel / "COMPLETE.json").write_text(json.dumps({"finished_at": "2026-12-07T00:00:00+00:00",
+                                                                 "duration_s": 1.0, "code": "abc"}))
+
+
+def _records_store(tmp_path, seeds=(0, 1, 2)) -> tuple[Path, list[str]]:
+    out = tmp_path / "out"
+    for s in seeds:
+        for run, sc in CONSOLIDATED_LIKE.items():
+            write_evaluation(out / "mini" / f"seed{s}", run, _jitter(sc, s))
+    return out, [f"output_dir={out}", f"papermill_dir={tmp_path / 'pm'}"]
+
+
+def test_readme_results_from_a_store_with_records_give_the_verdicts_and_their_power(tmp_path):
+    """tools/readme_results.py on a three-seed store with records: the README's findings table is judge()'s rows on
+    that store, each verdict with its power; the standard errors are clustered and paired (not the fallback)."""
+    import subprocess
+    import sys
+
+    from acl_lib.config import load_config
+    from acl_lib.pipeline import checkpoint_names
+
+    out, overrides = _records_store(tmp_path)
+    cfg = load_config("mini", overrides, seed=0)
+    data = final.collect(final.seed_dirs("mini", [0, 1, 2], overrides), cfg.pipeline.curriculum,
+                         checkpoint_names(cfg, oracles=False))
+    assert data.binomial_fallback() == [] and data.clustered("seq_math", "aime26")
+    unpaired = data.estimate("mmopd", "nq") - data.estimate("seq_if", "nq")
+    assert data.diff("mmopd", "seq_if", "nq").se < unpaired.se  # the two share the tasks both pass
+    rows = findings.judge(data)
+    by = {r["finding"]: r for r in rows}
+    readme = tmp_path / "README.md"
+    readme.write_text("# t\n\n<!-- results:begin (x) -->\nOLD\n<!-- results:end -->\n")
+    done = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "tools" / "readme_results.py"),
+                           "--profile", "mini", "--output-dir", str(out), "--seeds", "0", "1", "2",
+                           "--readme", str(readme)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = readme.read_text()
+    assert "| finding | verdict | ours | study | power | rule |" in text
+    for f, r in by.items():
+        line = next(x for x in text.splitlines() if x.startswith(f"| {f} |"))
+        assert line.split(" | ")[1] == r["verdict"], line
+        assert ("detects" in line) == (r["verdict"] != findings.NOT_TESTABLE), line  # a judged finding's power
+    assert "findings reproduced" in text and findings.verdict_summary(rows) in text
+    # the three-seed store's kind of F6: seq_final is below the oracles, no consolidation below seq_final
+    assert by["F6"]["verdict"] == findings.REPRODUCED, by["F6"]  # here MMOPD and SDFT each pay on a domain
+    assert by["F1"]["verdict"] in findings.VERDICTS and by["F7"]["power"].count("detects") >= 2
+
+
+def test_notebook_12_writes_the_verdicts_and_their_power_to_findings_json(tmp_path, monkeypatch):
+    """Notebook 12's code cells, run as they stand with its parameters set: findings.json holds every finding's
+    verdict and power, the same as judge() on the store."""
+    monkeypatch.setenv("ACL_PNG", "0")
+    out, overrides = _records_store(tmp_path, seeds=(0, 1))
+    nb = json.loads((Path(__file__).parents[1] / "notebooks" / "12_final_tables.ipynb").read_text())
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert "parameters" in cells[0]["metadata"].get("tags", [])
+    namespace = {"profile": "mini", "seed": 0, "overrides": overrides, "seeds": [0, 1]}
+    for cell in cells[1:]:
+        exec(compile("".join(cell["source"]), "12_final_tables", "exec"), namespace)  # noqa: S102
+    doc = json.loads((out / "mini" / "findings.json").read_text())
+    judged = findings.judge(namespace["data"])
+    assert [f["verdict"] for f in doc["findings"]] == [r["verdict"] for r in judged]
+    assert all(f["power"] and f["power_parts"] is not None for f in doc["findings"])
+    assert doc["binomial_fallback"] == [] and "underpowered" in doc["verdicts"]
+    assert (out / "mini" / "report.html").is_file()

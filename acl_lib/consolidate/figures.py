@@ -33,7 +33,8 @@ def comparison_scores(cfg, runs: Sequence[str], oracles: bool = True) -> dict[st
 
 
 def comparison_standard_errors(cfg, runs: Sequence[str], oracles: bool = True) -> dict[str, dict[str, float | None]]:
-    """The binomial standard error (points) of each score :func:`comparison_scores` reads, rows named alike."""
+    """The standard error (points) of each score :func:`comparison_scores` reads, rows named alike (clustered by
+    task from the runs' records, the binomial fallback without them: :func:`acl_lib.views.load_standard_errors`)."""
     final, names = _comparison_rows(cfg, runs, oracles)
     return {("seq_final" if n == final else n): s for n, s in load_standard_errors(cfg.seed_dir(), names).items()}
 
