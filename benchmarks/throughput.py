@@ -3,12 +3,14 @@
     python benchmarks/throughput.py MODEL_DIR [--profile mini] [--benchmarks aime26 retail ...] [--json FILE]
     PYTHONPATH=/path/to/other/checkout python benchmarks/throughput.py ...   # the same measurement of other code
 
-It runs ``acl_lib.eval.harness.evaluate`` on ``MODEL_DIR`` exactly as a pipeline evaluation does (the profile's
-``eval`` settings: ``max_tasks``, ``k``, temperature, turn and token limits per benchmark) and reports, per
-benchmark, episodes, generated tokens, wall seconds and generated tokens per second, then the single-turn and the
-desk benchmarks together. Each row's ``transcripts_sha256`` digests every episode's messages: two checkouts that
-generate the same transcripts give the same digests, and ``benchmarks/engine_check.py`` lists the episodes where
-they differ. The numbers go to ``--json`` (default ``outputs/benchmarks/throughput-<model name>.json``), with
+It runs one ``acl_lib.eval.harness.evaluate`` of ``MODEL_DIR`` exactly as a pipeline evaluation does (one policy for
+the suite; the profile's ``eval`` settings: ``max_tasks``, ``k``, temperature, turn and token limits per
+benchmark) and reports, per benchmark, episodes, generated tokens, seconds (the harness's own
+``seconds_per_benchmark``) and generated tokens per second, then the single-turn and the desk benchmarks together
+and the whole evaluation's wall time. Each row's ``transcripts_sha256`` digests every episode's messages: two
+checkouts that generate the same transcripts give the same digests, and ``benchmarks/engine_check.py`` lists the
+episodes where they differ. The numbers go to ``--json`` (default
+``outputs/benchmarks/throughput-<model name>.json``), with
 ``benchmarks/machine_speed.py``'s reference seconds beside them (``--no-speed`` skips it).
 """
 
@@ -24,23 +26,27 @@ from pathlib import Path
 DESKS = ("retail", "telecom", "mock")  # the multi-turn desk worlds (environment names)
 
 
-def measure(cfg, model_dir: str, benchmarks: list[str]) -> list[dict]:
+def measure(cfg, model_dir: str, benchmarks: list[str]) -> tuple[list[dict], float]:
+    """One evaluation of ``benchmarks`` (the policy built once, as a pipeline evaluation builds it); per benchmark
+    its seconds as the harness times them (``seconds_per_benchmark``: episodes, environments and generation).
+    Returns the rows and the evaluation's whole wall time (model loading included)."""
     from acl_lib.envs import BENCHMARKS
     from acl_lib.eval.harness import evaluate
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        m = evaluate(cfg, model_dir, tmp, benchmarks=benchmarks)
+        whole = time.perf_counter() - t0
         for key in benchmarks:
-            t0 = time.perf_counter()
-            m = evaluate(cfg, model_dir, Path(tmp) / key, benchmarks=[key])
-            wall = time.perf_counter() - t0
-            records = [json.loads(line) for line in (Path(tmp) / key / "records" / f"{key}.jsonl").open()]
-            tokens = (m.get("generated_tokens_by_benchmark") or {}).get(key, m.get("generated_tokens") or 0)
+            records = [json.loads(line) for line in (Path(tmp) / "records" / f"{key}.jsonl").open()]
+            tokens = m["generated_tokens_by_benchmark"][key]
+            wall = m["seconds_per_benchmark"][key]
             rows.append({
                 "benchmark": key, "desk": BENCHMARKS[key].env in DESKS, "score": m["scores"][key],
                 "tasks": m["n_tasks"][key], "k": m["k_by_benchmark"][key], "temperature": m["temperature"][key],
                 "episodes": len(records), "turns": sum(r.get("turns", 0) for r in records),
-                "generated_tokens": tokens, "wall_s": round(wall, 2), "generate_s": m.get("generate_seconds"),
+                "generated_tokens": tokens, "wall_s": wall,
                 "tokens_per_s": round(tokens / wall, 1) if wall else None,
                 "transcripts_sha256": hashlib.sha256(json.dumps([r["messages"] for r in records], sort_keys=True)
                                                      .encode()).hexdigest()[:16],
@@ -49,7 +55,7 @@ def measure(cfg, model_dir: str, benchmarks: list[str]) -> list[dict]:
             print(f"{key:<11} {r['tasks']:>4} x {r['k']} @ {r['temperature']:<4} {r['episodes']:>5} {r['turns']:>6} "
                   f"{r['generated_tokens']:>8} {r['wall_s']:>7.1f} {r['tokens_per_s']:>8.1f}  "
                   f"score {r['score']:>5.1f}  {r['transcripts_sha256']}", flush=True)
-    return rows
+    return rows, whole
 
 
 def totals(rows: list[dict]) -> dict:
@@ -92,9 +98,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"acl_lib from {Path(acl_lib.__file__).parent}; model {args.model_dir}, profile {args.profile}, "
           f"torch_threads {cfg.torch_threads}")
     print(f"{'benchmark':<11} {'n':>4}   k @ temp {'eps':>5} {'turns':>6} {'gen_tok':>8} {'wall_s':>7} {'tok/s':>8}")
-    rows = measure(cfg, args.model_dir, benchmarks)
+    rows, whole = measure(cfg, args.model_dir, benchmarks)
     tot = totals(rows)
+    tot["evaluation_wall_s"] = round(whole, 1)
+    print(f"the whole evaluation: {tot['evaluation_wall_s']} s (model loading and worlds included)")
     for name, t in tot.items():
+        if name == "evaluation_wall_s":
+            continue
         print(f"{name}: {t['generated_tokens']} generated tokens in {t['wall_s']} s, {t['tokens_per_s']} tokens/s")
     name = Path(args.model_dir).name if Path(args.model_dir).name != "model" else Path(args.model_dir).parent.name
     out = Path(args.json or Path(cfg.output_dir) / "benchmarks" / f"throughput-{name}.json")

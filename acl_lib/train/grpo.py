@@ -81,6 +81,10 @@ def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks
     """
     from trl import GRPOTrainer
 
+    from acl_lib.train.shared_prompt import trainer_class
+
+    # On CPU each group's prompt is encoded once in the loss (shared_prompt); vLLM runs keep TRL's trainer as it is.
+    GRPOTrainer = GRPOTrainer if cfg.grpo.use_vllm else trainer_class()  # noqa: N806
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func / environment_factory are "experimental"
     if model is None:
         model, tok = common.load_model_and_tokenizer(model_dir, cfg)
