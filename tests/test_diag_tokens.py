@@ -92,6 +92,10 @@ def test_consistency_is_against_the_rollouts_own_token(scored):
     assert summary["low_entropy_positions"] == int((~high).sum())
     assert summary["high_entropy_fraction"] == pytest.approx(high.mean())
     assert set(pert["by_benchmark"]) == {"aime26", "nq", "ifeval"}
+    per = pert["per_episode"]  # per reference episode, summing to the totals
+    assert len(per["low"]) == len(scored.benchmarks) > 1 and sum(per["low"]) == summary["low_entropy_positions"]
+    assert sum(per["changed"]) == pert["changed_positions"] and sum(per["changed_high"]) == int((changed & high).sum())
+    assert per["low_stable"][0] == int((~changed & ~high & (scored.episode == 0)).sum())
     frame = T.summary_frame(summary, {"low_entropy_positions_stable_fraction": 0.94,
                                       "high_entropy_positions_fraction": 0.06})
     assert list(frame.index) == ["ref (reference)", "same", "perturbed", "study"]
@@ -114,6 +118,9 @@ def test_a_position_the_reference_sampled_counts_against_the_rollouts_token():
     assert later["high_entropy_consistency"] == 0.0 and later["changed_share_in_high_entropy"] == 1.0
     assert other["consistency"] == 0.75 and other["low_entropy_stable"] == pytest.approx(2 / 3)
     assert other["changed_share_in_high_entropy"] == 0.0
+    # the counts per reference episode that cluster F3's standard errors (one episode here)
+    assert later["per_episode"] == {"low": [3], "low_stable": [3], "changed": [1], "changed_high": [1]}
+    assert other["per_episode"] == {"low": [3], "low_stable": [2], "changed": [1], "changed_high": [0]}
 
 
 def test_fixed_thresholds_and_deciles(scored):

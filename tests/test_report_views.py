@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from acl_lib import pipeline, transcripts, views
+from acl_lib import noise, pipeline, transcripts, views
 from acl_lib.config import load_config
 
 
@@ -55,6 +55,29 @@ def test_scores_beside_the_study_and_what_a_stage_changed(cfg):
     assert with_se.loc["aime26", "± change"] == pytest.approx(5.0)  # independent errors: sqrt(3^2 + 4^2)
     assert math.isnan(with_se.loc["nq", "± change"])  # one side has no standard error: none is made up
     assert "± change" not in change.columns
+
+
+def test_what_a_stage_changed_with_errors_from_the_records(cfg):
+    """With records, a score's ± is clustered by task and the change's ± is paired: the two checkpoints pass the
+    same 10 tasks of 32 and the later one 6 more, so the change (+18.75) is far more certain than the two scores'
+    errors taken as independent say."""
+    sd = cfg.seed_dir()
+    before = [_rec(i, 1.0 if i < 10 else 0.0) for i in range(32)]
+    after = [_rec(i, 1.0 if i < 16 else 0.0) for i in range(32)]
+    _eval(sd, "seq_math", {"nq": 31.25}, records={"nq": before})
+    _eval(sd, "seq_search", {"nq": 50.0, "aime26": 10.0}, records={"nq": after})
+    se = views.load_standard_errors(sd, ["seq_math", "seq_search"])
+    assert se["seq_math"]["nq"] == pytest.approx(noise.binomial_se(31.25, 32))  # avg@1: the clustered SE is this
+    paired = views.load_change_errors(sd, "seq_math", "seq_search")
+    assert set(paired) == {"nq"} and paired["nq"] < 0.7 * math.hypot(se["seq_math"]["nq"], se["seq_search"]["nq"])
+    scores = views.load_scores(sd, ["seq_math", "seq_search"])
+    frame = views.stage_change_frame(scores, "seq_math", "seq_search", se=se, change_se=paired)
+    assert frame.loc["nq", "change"] == 18.75 and frame.loc["nq", "± change"] == pytest.approx(paired["nq"])
+    assert frame.loc["nq", "change"] > 2 * frame.loc["nq", "± change"]  # a real change, though within 2 unpaired SE
+    assert frame.loc["nq", "change"] < 2 * math.hypot(se["seq_math"]["nq"], se["seq_search"]["nq"])
+    # records of another evaluation (they do not give the score): no pairing, the independent errors
+    _eval(sd, "seq_search", {"nq": 56.25}, records={"nq": after})
+    assert views.load_change_errors(sd, "seq_math", "seq_search") == {"nq": None}
 
 
 def test_failure_reasons_as_shares_of_the_episodes(cfg):

@@ -277,12 +277,17 @@ def deciles(values: np.ndarray, buckets: int = 10) -> np.ndarray:
 
 
 def _consistency(same: np.ndarray, high: np.ndarray, dec: np.ndarray, bench: np.ndarray, buckets: int,
-                 benchmarks: list[str]) -> dict:
-    """One checkpoint's consistency (``same[i]``: it ranks the rollout's token first at position i)."""
+                 benchmarks: list[str], episode: np.ndarray) -> dict:
+    """One checkpoint's consistency (``same[i]``: it ranks the rollout's token first at position i), with the
+    counts per reference episode (``per_episode``: low-entropy positions, those stable, changed positions, those
+    at high entropy) that cluster the fractions' standard errors by episode (``acl_lib.findings``, F3)."""
     changed = ~same
 
     def frac(sel):
         return float(same[sel].mean()) if sel.any() else None
+
+    def per_episode(sel):
+        return np.bincount(episode[sel], minlength=len(benchmarks)).tolist()
 
     return {
         "consistency": float(same.mean()) if same.size else None,
@@ -292,6 +297,8 @@ def _consistency(same: np.ndarray, high: np.ndarray, dec: np.ndarray, bench: np.
         "changed_share_in_high_entropy": float((changed & high).sum() / changed.sum()) if changed.any() else None,
         "by_decile": [frac(dec == b) for b in range(buckets)],
         "by_benchmark": {b: frac(bench == b) for b in dict.fromkeys(benchmarks)},
+        "per_episode": {"low": per_episode(~high), "low_stable": per_episode(~high & same),
+                        "changed": per_episode(changed), "changed_high": per_episode(changed & high)},
     }
 
 
@@ -309,7 +316,7 @@ def consistency_summary(scores: TokenScores, threshold: float, buckets: int = 10
     bench = np.array([scores.benchmarks[e] for e in scores.episode]) if scores.positions else np.array([])
     edges = [[float(scores.ref_entropy[dec == b].min()), float(scores.ref_entropy[dec == b].max())]
              if (dec == b).any() else [None, None] for b in range(buckets)]
-    args = (high, dec, bench, buckets, scores.benchmarks)
+    args = (high, dec, bench, buckets, scores.benchmarks, scores.episode)
     return {"reference": scores.reference, "positions": scores.positions, "consistency_against": "rollout token",
             "entropy_threshold": thr, "threshold_rule": "fixed (nats)",
             "high_entropy_positions": int(high.sum()), "low_entropy_positions": int((~high).sum()),
