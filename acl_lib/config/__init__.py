@@ -298,10 +298,10 @@ class EvalConfig(_Section):
     # whole; the paper profile sizes each OOD benchmark this way). ``k`` and ``temperature``: that benchmark's
     # samples per task (avg@k) and sampling temperature, instead of k / temperature above. A single-turn benchmark
     # can so be scored on more samples while the multi-turn desks stay greedy at k=1, e.g. the study's avg@16 at
-    # 0.6 for AIME26: {aime26: {max_tasks: 64, k: 16, temperature: 0.6}}. acl_lib.noise.binomial_se counts the
-    # n x k episodes as trials (at 50%: 1.6 points for 64 x 16, 8.3 for 32 greedy tasks); the samples of one task
-    # are correlated, so more tasks lower the true error more than more samples do. k > 1 at temperature 0 would
-    # repeat one greedy sample: the harness scores it with k=1 and warns.
+    # 0.6 for AIME26: {aime26: {max_tasks: 64, k: 16, temperature: 0.6}}. The samples of one task are correlated,
+    # so more tasks lower the error more than more samples do: acl_lib.noise.clustered_se lies between the binomial
+    # SE of n x k trials (at 50%: 1.6 points for 64 x 16) and that of n (6.1; 8.3 for 32 greedy tasks). k > 1 at
+    # temperature 0 would repeat one greedy sample: the harness scores it with k=1 and warns.
     limits: dict[str, dict[str, int | float]] = Field(default_factory=dict)
 
     @field_validator("limits", mode="before")

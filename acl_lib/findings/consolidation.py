@@ -125,17 +125,18 @@ def rule_f6(data: FinalData) -> dict:
                 if o.value + BEYOND * o.se < 0:
                     under_oracle.append(f"{c} on {d}")
         elsewhere = [d for d in paid if d not in won]
-        values[c] = {"won_back": won, "paid": elsewhere, "paid_elsewhere": elsewhere, "minus_seq_final": gaps,
+        values[c] = {"won_back": won, "paid": paid, "paid_elsewhere": elsewhere, "minus_seq_final": gaps,
                      "minus_oracle": vs_oracle}
         if won:
-            pays.append(any_of(f"{c} pays on a domain it did not win back",
-                               [p for d, p in pay_parts.items() if d not in won]))
+            pays.append((c, any_of(f"{c} pays on a domain it did not win back",
+                                   [p for d, p in pay_parts.items() if d not in won])))
         texts.append(f"{c}: won back {', '.join(won) or 'nothing'}; below seq_final on "
                      f"{', '.join(elsewhere) or 'nothing'}" + (" else" if won else ""))
     win_part = any_of("a consolidation wins back a domain", wins)
-    parts = [win_part] + ([all_of("every winner pays on another domain", pays)] if win_part.status == HOLDS else [])
+    parts = [win_part] + ([all_of("every winner pays on another domain", [p for _, p in pays])]
+                          if win_part.status == HOLDS else [])
     verdict = decide(parts)
-    free = [p.name.split(" pays")[0] for p in pays if p.status != HOLDS]
+    free = [c for c, p in pays if p.status != HOLDS]
     if verdict == REPRODUCED:
         why = f"{len(pays)} of {len(cons)} consolidation(s) win back a domain, each paying on another"
     elif win_part.status != HOLDS:
@@ -265,18 +266,18 @@ def rule_f8(data: FinalData) -> dict:
     if any(c not in means for c in ("merge_uniform", "mmopd", "sdft")):
         return _row("F8", quantity, "-", study, NOT_TESTABLE, "a run lacks an nq or retail score",
                     study_values=study_means, study_source=STUDY_DERIVED)
-    parts, gaps = [], {}
+    parts, gaps = {}, {}
     for c in ("mmopd", "sdft"):
         gap = mean_of([data.diff(c, "merge_uniform", b) for b in agentic])
         gaps[c] = js(gap)
         theirs = (study_means[c] - study_means["merge_uniform"]
                   if c in study_means and "merge_uniform" in study_means else None)
-        parts.append(above(f"merge_uniform below {c}", gap, 0.0, _positive(theirs)))
-    verdict = decide(parts)
+        parts[c] = above(f"merge_uniform below {c}", gap, 0.0, _positive(theirs))
+    verdict = decide(list(parts.values()))
     ours = ", ".join(f"{c} {e(v)}" for c, v in means.items())
     detail = ("below both beyond noise" if verdict == REPRODUCED else
-              f"not below {', '.join(p.name.split(' below ')[1] for p in parts if p.status != HOLDS)} beyond noise"
+              f"not below {', '.join(c for c, p in parts.items() if p.status != HOLDS)} beyond noise"
               + ("" if verdict == NOT_REPRODUCED else " (gaps as large as the study's are below our precision)"))
     return _row("F8", quantity, ours, study, verdict, detail,
                 {**{c: js(v) for c, v in means.items()}, "minus_merge_uniform": gaps}, study_means, STUDY_DERIVED,
-                parts=parts)
+                parts=list(parts.values()))

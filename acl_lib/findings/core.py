@@ -23,8 +23,6 @@ VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDERPOWERED, NOT_TESTABLE)
 HOLDS, FAILS = "holds", "fails"  # a part's status; the third is UNDERPOWERED
 
 # Thresholds of the rules (each written into its rule's text; docs/findings-rules.md, fixed 2026-12-07).
-F1_STAGES = "a recovery is a fall from a stage at or after the domain's own stage, then a rise at a later stage " \
-            "that did not train the domain"
 F3_LOW_STABLE_MIN = 0.9  # low-entropy positions that still rank the rollout's token first: "stay put" from here
 F3_CHANGED_HIGH_MIN = 0.8  # changed positions that are high-entropy: "almost all" from here
 F3_STUDY_ALMOST_ALL = 0.95  # the study's "almost all", as a number for the power of that part (it gives none)
