@@ -334,11 +334,6 @@ class Estimate:
         """The upper confidence bound, ``value + BEYOND * se``."""
         return self.value + BEYOND * self.se
 
-    @property
-    def detectable(self) -> float:
-        """The minimum detectable effect at this precision (:func:`detectable`)."""
-        return detectable(self.se)
-
     def fmt(self, digits: int = 1) -> str:
         """``"12.3 ± 4.5"``: the value and its combined standard error."""
         return f"{self.value:.{digits}f} ± {self.se:.{digits}f}"

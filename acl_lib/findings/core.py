@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from acl_lib.final import STUDY_DERIVED, FinalData
-from acl_lib.noise import BEYOND, FORMULA, Estimate, detectable
+from acl_lib.noise import FORMULA, Estimate, detectable
 
 REPRODUCED, NOT_REPRODUCED, UNDERPOWERED, NOT_TESTABLE = ("reproduced", "not reproduced", "underpowered",
                                                           "not testable")
@@ -117,7 +117,7 @@ def above(name: str, est: Estimate | None, threshold: float, study: float | None
     the study's own margin over the threshold. None when ``est`` is None."""
     if est is None:
         return None
-    lo, hi = est.value - BEYOND * est.se, est.value + BEYOND * est.se
+    lo, hi = est.low, est.high
     if lo > threshold or (not strict and lo >= threshold):
         return Part(name, HOLDS, mde_of(est), study, **fmt)
     if hi < threshold or est.se == 0:
@@ -140,7 +140,7 @@ def within(name: str, est: Estimate | None, lo: float, hi: float, study: float |
     value leaves to the nearer edge."""
     if est is None:
         return None
-    low, high = est.value - BEYOND * est.se, est.value + BEYOND * est.se
+    low, high = est.low, est.high
     if low >= lo and high <= hi:
         return Part(name, HOLDS, mde_of(est), study, **fmt)
     if low > hi or high < lo or est.se == 0:
