@@ -129,11 +129,6 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * h.to(dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class Engine:
     """Prefill and decode for a transformers Qwen3 causal LM (or a PEFT model around one), on token ids."""
 
@@ -171,7 +166,8 @@ class Engine:
             active.update(a1 + a2 + a3 + a4)
             self.layers.append({
                 "ln1": layer.input_layernorm.weight.detach(), "ln2": layer.post_attention_layernorm.weight.detach(),
-                "q_norm": att.q_norm.weight.detach(), "k_norm": att.k_norm.weight.detach(),
+                "qk_norm": torch.cat([att.q_norm.weight.detach().expand(self.n_heads, -1),
+                                      att.k_norm.weight.detach().expand(self.n_kv, -1)]),
                 "qkv": qkv, "o": o, "gate_up": gate_up, "down": down,
             })
         self.adapters = sorted({n for lay in self.layers for p in lay.values() if isinstance(p, _Proj)
@@ -180,6 +176,7 @@ class Engine:
         rope = inner.rotary_emb
         self.inv_freq = rope.inv_freq.detach().to(self.device, torch.float32)
         self.rope_scaling = float(getattr(rope, "attention_scaling", 1.0))
+        self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
         if getattr(rope, "rope_type", "default") != "default":
             raise ValueError(f"the engine implements the default RoPE, not {rope.rope_type!r}")
         self.intermediate = self.layers[0]["gate_up"].weight.shape[0] // 2
@@ -189,10 +186,16 @@ class Engine:
     # -- building blocks -------------------------------------------------------------------------------------
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin of shape positions.shape + (head_dim,), as transformers' Qwen3RotaryEmbedding computes them."""
-        freqs = positions[..., None].float() * self.inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.rope_scaling).to(self.dtype), (emb.sin() * self.rope_scaling).to(self.dtype)
+        """cos and sin (its first half negated, for ``roll``) of shape positions.shape + (head_dim,): rows of a table
+        computed once, as transformers' Qwen3RotaryEmbedding computes them."""
+        if self._rope_table is None:
+            freqs = torch.arange(self.max_positions, device=self.device)[:, None].float() * self.inv_freq
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = (emb.cos() * self.rope_scaling).to(self.dtype), (emb.sin() * self.rope_scaling).to(self.dtype)
+            half = self.head_dim // 2
+            self._rope_table = (cos, torch.cat((-sin[:, :half], sin[:, half:]), dim=-1))
+        cos, sin = self._rope_table
+        return cos[positions], sin[positions]
 
     def _groups(self, adapters: list[str | None]):
         """Per-row adapter groups for ``_Proj``: [(adapter, row index or None for all rows)]."""
@@ -218,13 +221,13 @@ class Engine:
         x = _rms(h, lay["ln1"], self.eps)
         qkv = lay["qkv"](x, groups)
         nq, nk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
-        q = _rms(qkv[..., :nq].view(rows, tokens, self.n_heads, self.head_dim), lay["q_norm"], self.eps)
-        k = _rms(qkv[..., nq:nq + nk].view(rows, tokens, self.n_kv, self.head_dim), lay["k_norm"], self.eps)
-        v = qkv[..., nq + nk:].view(rows, tokens, self.n_kv, self.head_dim)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        c, s = cos.unsqueeze(1), sin.unsqueeze(1)
-        q = (q * c) + (_rotate_half(q) * s)
-        k = (k * c) + (_rotate_half(k) * s)
+        # q and k heads together: one norm (q_norm's weight on the query heads, k_norm's on the key heads), one RoPE
+        qk = _rms(qkv[..., :nq + nk].view(rows, tokens, self.n_heads + self.n_kv, self.head_dim), lay["qk_norm"],
+                  self.eps).transpose(1, 2)
+        v = qkv[..., nq + nk:].view(rows, tokens, self.n_kv, self.head_dim).transpose(1, 2)
+        # rotate_half(x) * sin == roll(x, half) * sin with its first half negated, bit for bit
+        qk = (qk * cos.unsqueeze(1)) + (qk.roll(self.head_dim // 2, -1) * sin.unsqueeze(1))
+        q, k = qk[:, : self.n_heads], qk[:, self.n_heads:]
         write(keys, values, k, v)
         h = h + lay["o"](attend(q, keys, values), groups)
         x = _rms(h, lay["ln2"], self.eps)
