@@ -17,7 +17,7 @@ from acl_lib import final, views
 from acl_lib.config import ConfigError, load_config
 from acl_lib.envs import BENCHMARKS
 from acl_lib.eval.harness import NullPolicy, evaluate, format_scores, sampling_plan
-from acl_lib.noise import binomial_se, samples_per_task, score_se
+from acl_lib.noise import binomial_se, clustered_se, read_task_counts, samples_per_task, score_se
 
 AVG4 = ["eval.limits.aime26.k=4", "eval.limits.aime26.temperature=0.7"]
 
@@ -97,10 +97,11 @@ def test_each_benchmark_is_scored_with_its_own_k_and_temperature(tmp_path):
     rec = [json.loads(x) for x in (tmp_path / "e" / "records" / "aime26.jsonl").read_text().splitlines()]
     assert len(rec) == 4 * n and sorted(r["sample"] for r in rec) == sorted(list(range(4)) * n)
     assert len((tmp_path / "e" / "records" / "retail.jsonl").read_text().splitlines()) == n
-    for b in ("aime26", "retail"):
-        assert m["se"][b] == pytest.approx(binomial_se(m["scores"][b], m["n_tasks"][b], m["k_by_benchmark"][b]),
-                                           abs=0.006)
-    assert m["se"]["aime26"] < m["se"]["retail"]  # 4 samples per task: a smaller binomial error
+    for b in ("aime26", "retail"):  # the standard error clustered by task, from the episodes' records
+        counts = read_task_counts(tmp_path / "e" / "records" / f"{b}.jsonl")
+        assert m["se"][b] == pytest.approx(clustered_se(counts), abs=0.006)
+    # retail is k = 1: clustered is the binomial error of its tasks
+    assert m["se"]["retail"] == pytest.approx(binomial_se(m["scores"]["retail"], n, 1), abs=0.006)
     assert json.loads((tmp_path / "e" / "metrics.json").read_text())["se"] == m["se"]
     assert "aime26" in format_scores(m) and "± se" in format_scores(m)
 
@@ -174,7 +175,8 @@ def test_readers_use_each_benchmarks_own_k(tmp_path):
     m = evaluate(cfg, "null", eval_dir, policy=NullPolicy(), benchmarks=["aime26", "retail"])
     n = cfg.worlds.n_test
     assert samples_per_task(m, "aime26") == 4 and samples_per_task(m, "retail") == 1
-    assert score_se(m, "aime26") == pytest.approx(binomial_se(0.0, n, 4), abs=0.006)
+    # a score of 0: clustered by task, it keeps the noise of n tasks (not of n x 4 trials)
+    assert score_se(m, "aime26") == pytest.approx(binomial_se(0.0, n, 1), abs=0.006)
     # files written before the per-benchmark k: one k for all, or none
     assert samples_per_task({"k": 3}, "aime26") == 3 and samples_per_task({}, "aime26") == 1
     old = {"scores": {"aime26": 50.0}, "n_tasks": {"aime26": 32}, "k": 2}

@@ -19,8 +19,8 @@ Outputs in ``out_dir``:
   temperature (``eval.limits.<benchmark>``, else ``eval.k`` / ``eval.temperature``; ``sampling_plan``):
   ``k_by_benchmark`` and ``temperature`` hold them per benchmark; ``k`` is their common value when all are equal,
   else the same ``{benchmark: k}`` as ``k_by_benchmark`` (read it with ``acl_lib.noise.samples_per_task``, which
-  also reads files written before the per-benchmark k). ``se``: each score's binomial standard error in points
-  (``acl_lib.noise.binomial_se`` of its score, ``n_tasks`` and k).
+  also reads files written before the per-benchmark k). ``se``: each score's standard error in points, clustered
+  by task (``acl_lib.noise.clustered_se``: a task's k samples are one cluster; at k = 1 the binomial one).
 - ``records/<benchmark>.jsonl``: one line per episode with the transcript and the failure reason.
 - ``eval_config.yaml`` (``acl eval`` only): the resolved config it ran with.
 """
@@ -43,7 +43,7 @@ from acl_lib.config import Config, UserSimConfig, project_root
 from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, llm_user, make_env, scripted_expert
 from acl_lib.envs.base import Episode, Task, map_concurrently, prefetch, step_workers
 from acl_lib.eval.turns import ReferenceTurnGenerator, TurnGenerator
-from acl_lib.noise import binomial_se, samples_per_task
+from acl_lib.noise import TaskCounts, clustered_se, samples_per_task
 from acl_lib.progress import Progress
 from acl_lib.runs import COMPLETE, CONFIG, FAILED, RUNNING
 from acl_lib.seeding import follow_thread_share, seed_and_threads
@@ -467,8 +467,10 @@ def summarize_records(records: list[dict], n_tasks: int, k: int) -> dict:
     episodes' records: the same whether they were scored in one process or gathered from shards."""
     rewards = [r["reward"] for r in records]
     passed = [r >= 1.0 - PASS_EPS for r in rewards]
+    counts = TaskCounts.from_episodes((r["id"], ok) for r, ok in zip(records, passed)) if records else None
     summary = {
         "score": 100.0 * sum(passed) / max(1, len(passed)),
+        "se": clustered_se(counts) if counts is not None else None,
         "mean_reward": sum(rewards) / max(1, len(rewards)),
         "n_tasks": n_tasks,
         "k": k,
@@ -832,9 +834,8 @@ def _metrics(cfg, model, suites, sampling, results: dict[str, dict], elapsed: fl
     k_by = {key: r["k"] for key, r in results.items()}
     return {
         "scores": {key: round(r["score"], 2) for key, r in results.items()},
-        # binomial standard error of each score, in points (acl_lib.noise); None for a benchmark without tasks
-        "se": {key: round(binomial_se(r["score"], r["n_tasks"], r["k"]), 2) if r["n_tasks"] else None
-               for key, r in results.items()},
+        # standard error of each score clustered by task, in points (acl_lib.noise); None for a benchmark without tasks
+        "se": {key: round(r["se"], 2) if r.get("se") is not None else None for key, r in results.items()},
         "mean_reward": {key: round(r["mean_reward"], 4) for key, r in results.items()},
         "n_tasks": {key: r["n_tasks"] for key, r in results.items()},
         # Benchmarks pooling several datasets (single_hop, multi_hop on real data): each dataset's score and their
@@ -966,12 +967,14 @@ def out_dir_problem(out: Path) -> str | None:
 
 
 def format_scores(metrics: dict) -> str:
-    """The scores as ``acl eval`` prints them: score, its binomial standard error, tasks, samples per task."""
+    """The scores as ``acl eval`` prints them: score, its standard error (clustered by task), tasks, samples per
+    task."""
     lines = [f"{'benchmark':<12} {'score':>7} {'± se':>6}  {'n':>4}  k"]
     for key, score in metrics["scores"].items():
         n = metrics["n_tasks"][key]
         k = samples_per_task(metrics, key)
-        se = f"{binomial_se(score, n, k):.1f}" if n else "-"
+        se = (metrics.get("se") or {}).get(key)
+        se = f"{se:.1f}" if se is not None else "-"
         lines.append(f"{key:<12} {score:>7.1f} {se:>6}  {n:>4}  {k}")
     return "\n".join(lines)
 
