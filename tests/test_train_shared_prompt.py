@@ -112,3 +112,17 @@ def test_a_grpo_step_with_shared_prompts_trains_as_trls_does(model, tmp_path):
     bound = 0.25 * 2 * cfg.grpo.learning_rate
     for k, v in weights["trl"].items():
         assert torch.allclose(v, weights["shared"][k], atol=bound, rtol=0), k
+
+
+def test_activation_checkpointing_takes_trls_path(model):
+    """transformers drops the key-value cache under activation checkpointing, so the shortcut must not run there
+    (the paper profile checkpoints activations): the trainer then takes TRL's own log-probability pass."""
+    from acl_lib.train.shared_prompt import _checkpointing
+
+    m = copy.deepcopy(model)
+    assert not _checkpointing(m)
+    m.gradient_checkpointing_enable()
+    assert _checkpointing(m)
+    from peft import LoraConfig, get_peft_model
+
+    assert _checkpointing(get_peft_model(m, LoraConfig(r=2, target_modules=["q_proj"])))

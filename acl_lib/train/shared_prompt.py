@@ -14,8 +14,9 @@ Positions, padding and the attention mask are TRL's (positions count from the ro
 as in its one-pass forward), so the per-token log-probabilities and entropies are the same function of the same
 inputs up to floating point: ``tests/test_train_shared_prompt.py`` compares them, the loss and its gradient with
 TRL's own on a batch. The log-probabilities are computed at the trainer's temperature over the full vocabulary
-(the mini model's 2,048 tokens: its logits are small); where the shortcut does not apply (DeepSpeed, images, a
-mixture-of-experts auxiliary loss, a model without a ``base_model`` backbone) TRL's own computation runs.
+(the mini model's 2,048 tokens: its logits are small); where the shortcut does not apply (DeepSpeed, activation
+checkpointing, images, a mixture-of-experts auxiliary loss, a model without a ``base_model`` backbone) TRL's own
+computation runs.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ def _backbone_and_head(model):
     if backbone is None or backbone is inner:
         return None, None
     return backbone, inner.get_output_embeddings()
+
+
+def _checkpointing(model) -> bool:
+    """Whether activation checkpointing is on (transformers then refuses the key-value cache the shortcut needs)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return bool(getattr(inner, "is_activation_checkpointing", False))
 
 
 def shared_prompt_logps(backbone, head, input_ids, attention_mask, logits_to_keep: int, temperature: float,
@@ -79,8 +86,10 @@ def trainer_class():
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, compute_aux_loss=False,
                                                **multimodal):
-            backbone, head = _backbone_and_head(self.accelerator.unwrap_model(model))
+            unwrapped = self.accelerator.unwrap_model(model)
+            backbone, head = _backbone_and_head(unwrapped)
             if (backbone is None or compute_aux_loss or self.is_deepspeed_enabled
+                    or _checkpointing(unwrapped)
                     or any(v is not None for v in multimodal.values())):
                 return super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
