@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from acl_lib import chat
-from acl_lib.envs import BENCHMARKS, make_env, mcq, search, usersim
+from acl_lib.envs import BENCHMARKS, make_env, math_answer, mcq, search, usersim
 from acl_lib.envs import math as mathenv
 from acl_lib.envs.ifeval_checks import (
     VERIFIERS,
@@ -304,7 +304,7 @@ def _math_reference(response: str) -> str | None:
             found = value
     if found is not None:
         return found
-    boxed = mathenv._last_braced(response)
+    boxed = math_answer._last_braced(response)
     return boxed.strip() if boxed is not None and boxed.strip() else None
 
 

@@ -51,6 +51,9 @@ DATA = Path(__file__).parent / "data"
         ("\\boxed{3} then \\boxed{4}", "4"),
         ("Answer: 9\n\\boxed{4}", "9"),  # an Answer: line beats a box
         ("\\boxed{unbalanced", None),
+        ("It is \\boxed{3} or \\boxed{4}.", "\\boxed{3} or \\boxed{4}"),  # joined boxes: a hedge, kept whole
+        ("\\boxed{3}, \\boxed{4}", "\\boxed{3}, \\boxed{4}"),
+        ("First \\boxed{3}. That was wrong, so \\boxed{4}", "4"),  # boxes apart: the last one
         ("the result is 42", None),
         ("", None),
     ],
@@ -92,6 +95,20 @@ def test_extract_answer(response, expected):
         ("I get \\boxed{\\frac{3}{4}}.", "0.75"),
         ("Answer: 5", "\\boxed{5}"),  # a boxed ground truth is unwrapped too
         ("Answer: 3\nAnswer: 4", "4"),
+        # issue 61's cases: Minerva's form, prose around $...$, \, as a space, words that are values
+        ("Final Answer: The final answer is $42$. I hope it is correct.", "42"),
+        ("Answer: So the total is $42$.", "42"),
+        ("Answer: 12\\,\\text{cm}^2", "12"),
+        ("Answer: 1\\,234", "1234"),
+        ("Answer: 042", "42"),
+        ("Answer: \u22125", "-5"),  # U+2212 MINUS SIGN
+        ("Answer: 12 thousand", "12000"),
+        ("Answer: 2 pi", "2\\pi"),
+        ("Answer: twenty-one", "21"),
+        ("Answer: 1 1/2", "3/2"),  # a mixed number
+        ("Answer: (x, y) = (3, 4)", "(3,4)"),
+        ("Answer: 7, not 8", "7"),
+        ("Answer: 5 m/s", "5"),
     ],
 )
 def test_is_correct_accepts(response, gold):
@@ -114,6 +131,21 @@ def test_is_correct_accepts(response, gold):
         ("Answer: ", "0"),
         ("Answer: 42", ""),  # no ground truth: nothing can match
         ("Answer: \\frac{1}{0}", "0"),
+        # wrong answers the unit rule used to accept, and hedges math-verify would read as their first number
+        ("Answer: 12 thousand", "12"),
+        ("Answer: 2 pi", "2"),
+        ("Answer: 7 is not correct", "7"),
+        ("Answer: 3 or four", "3"),
+        ("Answer: x = 3 or x = 4", "4"),
+        ("Answer: x = 3, y = 4", "4"),
+        ("Answer: \\pm 3", "3"),
+        ("Answer: ~42", "42"),  # plain text's "approximately"
+        ("Answer: 1 1/2", "11/2"),
+        ("Answer: 3 4", "34"),
+        ("It is \\boxed{3} or \\boxed{4}.", "4"),
+        ("Answer: \\boxed{3} or \\boxed{4}", "4"),
+        ("Answer: The answer is probably 42", "42"),
+        ("Final Answer: The final answer is $3$ or $4$. I hope it is correct.", "3"),
     ],
 )
 def test_is_correct_rejects(response, gold):
@@ -169,6 +201,20 @@ def test_fuzz_integer_answers(prefix, value, form):
     text = prefix + "\n" + form.format(v=value, c=f"{value:,}") + "  \n"
     assert is_correct(text, str(value))
     assert not is_correct(text, str(value + 1))
+
+
+_UNITS = ["cm", "apples", "degrees", "square units", "m^2", "\\text{ cm}", "dollars", "miles per hour"]
+_NOT_ONE_VALUE = ["or {w}", "or so", "thousand", "dozen", "pi", "e", "i", "squared", "is not correct", "probably",
+                  "is wrong", "(or {w})", "and {w}", "to {w}", "\\text{{ or }} {w}", "thousands", "k"]
+
+
+@_FUZZ
+@given(st.integers(-10**6, 10**6).filter(bool),  # 0 thousand is 0
+       st.sampled_from(_UNITS), st.sampled_from(_NOT_ONE_VALUE))
+def test_fuzz_units_keep_the_value_and_other_words_do_not(value, unit, words):
+    assert is_correct(f"Answer: {value} {unit}", str(value))
+    assert not is_correct(f"Answer: {value} {unit}", str(value + 1))
+    assert not is_correct(f"Answer: {value} " + words.format(w=value + 1), str(value))
 
 
 # --- generated world --------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ re-implemented here. Differences, all because nothing can be downloaded at run t
 
 - ``length_constraints:number_sentences`` uses :func:`split_sentences`, a regex approximation of nltk's
   punkt model (abbreviations, initials, numbers and ellipses handled by simple rules);
-- ``change_case:capital_word_frequency`` tokenises with a regex close to nltk's ``word_tokenize``;
+- ``change_case:capital_word_frequency`` tokenises as nltk's ``word_tokenize`` does (its Treebank rules,
+  re-implemented in :func:`treebank_tokens`), on the sentences of :func:`split_sentences` in place of punkt's;
 - ``language:response_language`` needs the optional ``langdetect`` package: tasks that use it fail to
   load with a clear error when it is missing;
 - a keyword / section splitter / postscript marker that is not a valid regex is matched literally
@@ -85,13 +86,61 @@ def count_sentences(text: str) -> int:
     return len(split_sentences(text))
 
 
-# Abbreviations with inner periods stay one token, words keep inner hyphens, punctuation is separate
-# (close to nltk word_tokenize, which IFEval's capital_word_frequency uses).
-_TOKEN = re.compile(r"[A-Za-z](?:\.[A-Za-z])+\.?|\w+(?:-\w+)*|[^\w\s]")
+# nltk's word_tokenize, which IFEval's capital_word_frequency counts with: punkt sentences (here
+# split_sentences), then NLTKWordTokenizer on each, the Treebank rules as nltk 3.9-3.10 writes them, in its
+# order. What it splits decides the count: "CANNOT" is "CAN" "NOT", "GONNA" "GON" "NA", "DON'T" "DO" "N'T"
+# (two capital words each), while "HELLO.WORLD", "A/B" and "O'NEIL" stay one token.
+_TB_STARTING_QUOTES = (
+    (re.compile(r"([«“‘„]|[`]+)"), r" \1 "),
+    (re.compile(r"^\""), r"``"),
+    (re.compile(r"(``)"), r" \1 "),
+    (re.compile(r"([ \(\[{<])(\"|\'{2})"), r"\1 `` "),
+    (re.compile(r"(?i)(?<!\w)(\')(?!(?:re|ve|ll|m|t|s|d|n)\b)(?=\w)"), r"\1 "),
+)
+_TB_PUNCTUATION = (
+    (re.compile(r'([^\.])(\.)([\]\)}>"\'' "»”’ " r"]*+)\s*$"), r"\1 \2 \3 "),  # the final period
+    (re.compile(r"([:,])([^\d])"), r" \1 \2"),
+    (re.compile(r"([:,])$"), r" \1 "),
+    (re.compile(r"\.{2,}"), r" \g<0> "),
+    (re.compile(r"[;@#$%&]"), r" \g<0> "),
+    (re.compile(r"[\u2012-\u2015]"), r" \g<0> "),  # figure, en and em dashes, horizontal bar
+    (re.compile(r'([^\.])(\.)([\]\)}>"\']*)\s*$'), r"\1 \2\3 "),
+    (re.compile(r"[?!]"), r" \g<0> "),
+    (re.compile(r"([^'])' "), r"\1 ' "),
+    (re.compile(r"[*]"), r" \g<0> "),
+    (re.compile(r"[\]\[\(\)\{\}\<\>]"), r" \g<0> "),  # brackets
+    (re.compile(r"--"), r" -- "),
+)
+_TB_ENDING_QUOTES = (
+    (re.compile(r"([»”’])"), r" \1 "),
+    (re.compile(r"''"), " '' "),
+    (re.compile(r'"'), " '' "),
+    (re.compile(r"\s+"), " "),
+    (re.compile(r"([^' ])('[sS]|'[mM]|'[dD]|') "), r"\1 \2 "),
+    (re.compile(r"([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) "), r"\1 \2 "),
+)
+_TB_CONTRACTIONS = tuple(re.compile(p) for p in (
+    r"(?i)\b(can)(?#X)(not)\b", r"(?i)\b(d)(?#X)('ye)\b", r"(?i)\b(gim)(?#X)(me)\b", r"(?i)\b(gon)(?#X)(na)\b",
+    r"(?i)\b(got)(?#X)(ta)\b", r"(?i)\b(lem)(?#X)(me)\b", r"(?i)\b(more)(?#X)('n)\b", r"(?i)\b(wan)(?#X)(na)(?=\s)",
+    r"(?i) ('t)(?#X)(is)\b", r"(?i) ('t)(?#X)(was)\b"))
+
+
+def treebank_tokens(sentence: str) -> list[str]:
+    """``nltk.tokenize.NLTKWordTokenizer().tokenize(sentence)``, re-implemented (one sentence)."""
+    text = sentence
+    for rx, sub in _TB_STARTING_QUOTES + _TB_PUNCTUATION:
+        text = rx.sub(sub, text)
+    text = " " + text + " "
+    for rx, sub in _TB_ENDING_QUOTES:
+        text = rx.sub(sub, text)
+    for rx in _TB_CONTRACTIONS:
+        text = rx.sub(r" \1 \2 ", text)
+    return text.split()
 
 
 def word_tokens(text: str) -> list[str]:
-    return _TOKEN.findall(text)
+    """``nltk.word_tokenize(text)``: Treebank tokens of each sentence (``split_sentences`` stands in for punkt)."""
+    return [tok for sentence in split_sentences(text) for tok in treebank_tokens(sentence)]
 
 
 def _compile(pattern: str, flags: int = 0) -> re.Pattern:

@@ -8,33 +8,56 @@ letter, everything else by final answer.
 Prompt (DAPO convention): ``DAPO_PREFIX + problem + DAPO_SUFFIX``; the response must end with a line
 ``Answer: <value>``.
 
+Answer scoring lives in ``acl_lib.envs.math_answer`` (re-exported here). The rules below are checked against
+math-verify and DAPO's reward on the hand-written cases of ``tests/data/math_answer_cases.yaml``; every
+disagreement is listed, with who is right, in ``docs/math-scorer-agreement.md``. One principle: an answer that
+is not one plain value (a hedge "3 or 4", a negation "7 is not correct", a bound "at least 3", a value changed
+by a word "12 thousand", "2 pi") never scores 1, even where math-verify (which reads the first number) or DAPO
+(which deletes its unit words anywhere) would give it 1: a policy trained on this reward must not learn to hedge.
+
 Answer extraction (``extract_answer``), following DAPO/verl ``math_dapo.py``:
   1. every case-insensitive ``answer\\s*:`` (so ``Answer:42``, ``Final answer: 7`` and ``**Answer:** 7``
      count); the value is the rest of that line, or the next non-empty line if the colon ends its line
      (DAPO's ``\\s*`` also crosses the newline); the last match with a non-empty value wins;
-  2. without any such line, the content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces);
+  2. without any such line, the content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces); when
+     boxes before it are joined to it by only a connector (``\\boxed{3} or \\boxed{4}``, ``\\boxed{3},
+     \\boxed{4}``) the whole span, which then fails as a hedge or a list; boxes apart (a withdrawn first
+     attempt, then a sentence, then the answer) leave the last one;
   3. otherwise None. The raw value is returned (only surrounding whitespace and markdown ``*`` are
      stripped: ``Answer: $-5$`` gives ``$-5$``); normalisation happens at comparison.
   Unlike DAPO we do not cut the response to its last 300 characters (that is only a speed trick there).
 
-Normalisation (``normalize_answer``, applied to both sides): strip surrounding markdown ``*`` and backticks;
-unwrap ``\\boxed{}``/``\\fbox{}``; drop ``$``, ``\\$``, ``\\(``, ``\\)``, ``\\[``, ``\\]``, ``\\left``,
-``\\right``; unwrap ``\\text{}``, ``\\textbf{}``, ``\\mathrm{}``, ``\\mbox{}``; drop LaTeX spacing
-(``\\,`` ``\\!`` ``\\;`` ``\\:`` ``\\ `` ``~``) and degree marks; ``\\dfrac``/``\\tfrac`` -> ``\\frac``;
-keep what follows the last ``=`` (``x = 5`` -> ``5``, as DAPO); drop unit words after a number
-(``12 apples`` -> ``12``); remove all whitespace; drop trailing ``.``; remove thousands separators when
-the commas group digits by three (``1,234`` -> ``1234``; ``1,2`` stays a list); drop a leading ``+``.
+Normalisation (``normalize_answer``, applied to both sides), in order: strip surrounding markdown ``*`` and
+backticks; unwrap every ``\\boxed{}``/``\\fbox{}`` in place (the words around stay); U+2212 and the other
+minus signs -> ``-``; a tilde before a number at the start or after a space is plain text's "approximately"
+(``~42``), elsewhere LaTeX's tie; drop ``$``, ``\\$``, ``\\(``, ``\\)``, ``\\[``, ``\\]``, ``\\left``,
+``\\right``, ``\\!`` and degree marks; LaTeX spaces (``\\,`` ``\\;`` ``\\:`` ``\\ `` ``~`` ``\\quad``) are
+spaces, so ``12\\,\\text{cm}^2`` is 12 with a unit and ``1\\,234`` is 1234; ``\\dfrac``/``\\tfrac`` ->
+``\\frac``; unwrap ``\\text{}``, ``\\textbf{}``, ``\\mathrm{}``, ``\\mbox{}``; drop a lead that names the answer
+(``The final answer is``, ``So the total is``, ``It is``, ``We get``, after ``So,``/``Thus,``; not when its
+subject hedges or transforms the value: ``twice the answer is``, ``the answer is probably``) and a trailer
+(``. I hope it is correct.``, ``is the answer``, ``, not 8``), so the Minerva form "The final answer is $42$.
+I hope it is correct." gives 42; keep what follows the last ``=`` (``x = 5`` -> ``5``, as DAPO) unless what
+precedes it hedges or lists (``x = 3 or x = 4``, ``x = 3, y = 4`` stay whole); ``negative 5``/``minus 5`` ->
+``-5``, the word ``pi`` -> ``\\pi``, a number word (``twelve``, ``twenty-one``) -> its digits, a scale word
+multiplies (``12 thousand`` -> ``12000``, ``4 dozen`` -> ``48``); drop unit words after a number when every
+word is a known unit (cm, m, degrees, dollars, percent, square, per, ...) or a plural noun (``12 apples``,
+``8 ways``), never a scale, a constant, a negation or a hedge (``12 thousands``, ``2 tau``, ``7 is not
+correct``, ``3 or four`` keep their words); a mixed number ``1 1/2`` -> ``3/2``; remove the whitespace except
+between two digits (``3 4`` is two numbers) or two letters; drop trailing ``.``; remove thousands separators
+when the commas group digits by three (``1,234`` -> ``1234``; ``1,2`` stays a list); drop a leading ``+``.
 
 Comparison (``is_correct`` / ``answers_match``): equal normalised strings -> correct; else if both sides
 are plain numbers (integers, decimals, ``a/b``) they are compared exactly as rationals, so ``5.0`` equals
-``5`` (math-verify semantics; DAPO's pure string match would reject it) and ``5.00001`` does not;
-otherwise ``math_verify.verify(parse(gold), parse(pred))`` decides (``\\frac{1}{2}`` vs ``0.5``,
-``2\\sqrt{2}`` vs ``\\sqrt{8}``; it also accepts ``5\\%`` for ``5``, its percentage leniency).
-Spaces inside a number vanish with the whitespace (``1 234`` -> ``1234``). math-verify is skipped for
-answers longer than 100 characters or nested more than 4 brackets deep and for huge powers or factorials
-(they could stall its parser or sympy): a model's output is untrusted, so the input bounds the time, and
-math-verify's own signal-based timeouts (main thread only) are off, so every thread gets the same result.
-No extractable answer -> False. Nothing here raises on model output.
+``5`` and ``042`` equals ``42`` (math-verify semantics; DAPO's pure string match would reject both) and
+``5.00001`` does not; otherwise ``math_verify.verify(parse(gold), parse(pred))`` decides (``\\frac{1}{2}`` vs
+``0.5``, ``2\\sqrt{2}`` vs ``\\sqrt{8}``; it also accepts ``5\\%`` for ``5``, its percentage leniency), unless
+the prediction still holds what the gold does not: a word of two or more letters, a relation or hedge mark
+(``=``, ``<``, ``\\pm``, ``\\approx``, ``\\neq``, ``?``) or a space between two numbers; math-verify would take
+the first value out of it. math-verify is skipped for answers longer than 100 characters or nested more than 4
+brackets deep and for huge powers or factorials (they could stall its parser or sympy): a model's output is
+untrusted, so the input bounds the time, and math-verify's own signal-based timeouts (main thread only) are
+off, so every thread gets the same result. No extractable answer -> False. Nothing here raises on model output.
 
 Mini world (``worlds.data_dir`` empty): generated problems with integer answers at levels 1-4 from three
 families: ``arith`` (precedence), ``word`` (multi-step word problems), ``algebra`` (solve for x); level 1
@@ -60,16 +83,24 @@ Real data (``worlds.data_dir`` set, the paper profile), read from ``<data_dir>/m
 from __future__ import annotations
 
 import hashlib
-import logging
 import random
 import re
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from acl_lib.config import DEFAULT_MATH_LEVELS, WorldsConfig
 from acl_lib.envs import mcq
 from acl_lib.envs.base import Environment, Episode, SingleTurnEpisode, Task
+from acl_lib.envs.math_answer import (  # noqa: F401  (public here too)
+    MV_MAX_CHARS,
+    MV_MAX_DEPTH,
+    _as_fraction,
+    answers_match,
+    extract_answer,
+    is_correct,
+    math_verify_safe,
+    normalize_answer,
+)
 from acl_lib.envs.mcq import extract_choice, is_correct_choice  # noqa: F401  (public here too)
 
 DAPO_PREFIX = (
@@ -79,176 +110,9 @@ DAPO_PREFIX = (
 DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
 TRAIN_BENCHMARK = "dapo_math_17k"
 
-for _name in ("math_verify", "math_verify.parser", "math_verify.grader"):
-    logging.getLogger(_name).setLevel(logging.CRITICAL)  # parse failures on model text are expected
-
-
 def dapo_prompt(problem: str) -> str:
     """The DAPO user prompt around one problem statement."""
     return DAPO_PREFIX + problem.strip() + DAPO_SUFFIX
-
-
-# --- extraction ---------------------------------------------------------------------------------
-
-_ANSWER_KEY = re.compile(r"(?i)answer\s*:")
-_NON_SPACE = re.compile(r"\S")
-
-
-def _last_braced(text: str, commands: tuple[str, ...] = ("\\boxed", "\\fbox")) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced nested braces, else None."""
-    starts = [(text.rfind(c + "{"), c) for c in commands]
-    idx, cmd = max(starts)
-    if idx < 0:
-        return None
-    i = idx + len(cmd) + 1  # just after the opening brace
-    depth = 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j]
-    return None  # unbalanced: no usable box
-
-
-def extract_answer(response: str) -> str | None:
-    """The final answer of ``response`` (raw, stripped), or None. See the module docstring. Never raises."""
-    if not isinstance(response, str) or not response:
-        return None
-    # The last key with a non-empty value wins, so the keys are tried from the end: each value is read from
-    # its own line only (slicing the rest of the response for every key is quadratic on "answer:" * 20,000).
-    for m in reversed(list(_ANSWER_KEY.finditer(response))):
-        start = _NON_SPACE.search(response, m.end())  # DAPO's \s* after the colon, newlines included
-        if start is None:
-            continue
-        end = response.find("\n", start.start())
-        value = response[start.start() : end if end >= 0 else len(response)]
-        value = value.strip().strip("*").strip()  # "**Answer:** 7" -> "7"
-        if value:
-            return value
-    boxed = _last_braced(response)
-    if boxed is not None and boxed.strip():
-        return boxed.strip()
-    return None
-
-
-# --- normalisation and comparison -------------------------------------------------------------------
-
-_WRAPPERS = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
-# a number, whitespace, then unit words ("12 apples", "3 square cm", "5 m^2"); words must be separated by
-# whitespace (no nested free repetition, so no catastrophic backtracking) and "5x" is never a unit
-_UNIT_TAIL = re.compile(r"([-+]?\d[\d,]*(?:\.\d+)?)\s+[A-Za-z]+(?:\^[23])?(?:\s+[A-Za-z]+(?:\^[23])?)*\.?")
-_THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
-_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)|[-+]?\d+/\d+")
-
-
-def normalize_answer(answer: str) -> str:
-    """Canonical string form of a final answer (rules in the module docstring). Never raises."""
-    if not isinstance(answer, str):
-        answer = "" if answer is None else str(answer)
-    s = answer.strip().strip("*`").strip()
-    boxed = _last_braced(s)
-    if boxed is not None:
-        s = boxed
-    for old, new in (("\\left", ""), ("\\right", ""), ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"),
-                     ("\\$", ""), ("$", ""), ("\\(", ""), ("\\)", ""), ("\\[", ""), ("\\]", ""),
-                     ("{,}", ","), ("\\!", ""), ("\\,", ""), ("\\;", ""), ("\\:", ""), ("\\ ", " "), ("~", " "),
-                     ("^{\\circ}", ""), ("^\\circ", ""), ("°", "")):
-        s = s.replace(old, new)
-    for _ in range(3):  # nested wrappers, innermost first
-        s = _WRAPPERS.sub(r"\1", s)
-    if "=" in s and s.rsplit("=", 1)[1].strip():
-        s = s.rsplit("=", 1)[1]
-    s = s.strip()
-    unit = _UNIT_TAIL.fullmatch(s)
-    if unit:
-        s = unit.group(1)
-    s = re.sub(r"\s+", "", s)
-    s = s.rstrip(".") if len(s.rstrip(".")) > 0 else s
-    if _THOUSANDS.fullmatch(s):
-        s = s.replace(",", "")
-    if s.startswith("+") and len(s) > 1:
-        s = s[1:]
-    return s
-
-
-def _as_fraction(s: str) -> Fraction | None:
-    """``s`` as an exact rational if it is a plain number (int, decimal, ``a/b``), else None."""
-    if len(s) > 60 or not _NUMBER.fullmatch(s):
-        return None
-    try:
-        return Fraction(s)
-    except (ValueError, ZeroDivisionError):
-        return None
-
-
-# Inputs that make sympy compute something huge: big powers, towers, factorials of big numbers or of
-# factorials (``99!!`` is (99!)!), binomials.
-_RISKY = re.compile(r"\^\s*\{?\s*[-+]?\d{3,}|\^[^^]*\^|\d{3,}\s*!|[!)}\]]\s*!|\\binom")
-# Bounds on what reaches math-verify (measured on 2 loaded cores: within them a parse takes < 0.5 s; its
-# LaTeX parser slows down steeply with nesting: 20 nested braces took 5-7 s).
-MV_MAX_CHARS = 100
-MV_MAX_DEPTH = 4
-
-
-def _bracket_depth(s: str) -> int:
-    depth = best = 0
-    for ch in s:
-        if ch in "([{":
-            depth += 1
-            best = max(best, depth)
-        elif ch in ")]}":
-            depth = max(0, depth - 1)
-    return best
-
-
-def math_verify_safe(s: str) -> bool:
-    """Whether ``s`` (a normalised answer) is small enough to hand to math-verify: at most ``MV_MAX_CHARS``
-    characters and ``MV_MAX_DEPTH`` nested brackets, no huge power or factorial (``_RISKY``)."""
-    return len(s) <= MV_MAX_CHARS and _bracket_depth(s) <= MV_MAX_DEPTH and not _RISKY.search(s)
-
-
-def _math_verify_equal(pred: str, gold: str) -> bool:
-    """math-verify equivalence of two normalised answers (gold first, as math-verify expects).
-
-    The time is bounded by the input (``math_verify_safe``), not by math-verify's own timeouts: those use
-    ``signal.alarm``, which works only on the main thread (a trainer's worker thread waited > 120 s), so they
-    are turned off everywhere and the result is the same on every thread."""
-    if not (math_verify_safe(pred) and math_verify_safe(gold)):
-        return False
-    from math_verify import parse, verify
-
-    try:
-        g = parse("\\boxed{" + gold + "}", parsing_timeout=None)
-        p = parse("\\boxed{" + pred + "}", parsing_timeout=None)
-        if not g or not p:
-            return False
-        return bool(verify(g, p, timeout_seconds=None))
-    except Exception:  # any sympy/parse failure means "not shown equal"
-        return False
-
-
-def answers_match(pred: str, gold: str) -> bool:
-    """Whether an extracted answer equals the ground truth after normalisation. Never raises."""
-    try:
-        p, g = normalize_answer(pred), normalize_answer(gold)
-        if not p or not g:
-            return False
-        if p == g:
-            return True
-        fp, fg = _as_fraction(p), _as_fraction(g)
-        if fp is not None and fg is not None:
-            return fp == fg
-        return _math_verify_equal(p, g)
-    except Exception:
-        return False
-
-
-def is_correct(response: str, ground_truth: str) -> bool:
-    """True when the last ``Answer:`` (or ``\\boxed{}``) of ``response`` equals ``ground_truth``."""
-    pred = extract_answer(response)
-    return pred is not None and answers_match(pred, ground_truth)
 
 
 def score_response(response: str, task: Task) -> tuple[float, str | None]:
