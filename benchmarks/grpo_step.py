@@ -6,7 +6,8 @@
 Each domain trains ``--steps`` GRPO steps with its stage's settings (``pipeline.stage_overrides``: math 64
 completions of 22 tokens, search 16 episodes of 4 turns of 37 tokens) from the shipped base, in a temporary
 directory, and reports the median seconds of a step (``train_log.jsonl``'s ``wall_s`` differences; the first step,
-which warms up, left out). ``benchmarks/machine_speed.py``'s reference seconds are printed beside it.
+which warms up, left out) and the mean share of rows the loss skipped (advantage 0).
+``benchmarks/machine_speed.py``'s reference seconds are printed beside it.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ def step_seconds(domain: str, steps: int, threads: int) -> dict:
     cfg.grpo.max_steps = steps  # after the stage's overrides, which set the stage's own step count
     with tempfile.TemporaryDirectory() as tmp:
         train_grpo(cfg, shipped_dir(cfg), domain, tmp)
-        walls = [json.loads(line)["wall_s"] for line in (Path(tmp) / "train_log.jsonl").open()
-                 if "loss" in json.loads(line)]
+        records = [r for r in map(json.loads, (Path(tmp) / "train_log.jsonl").open()) if "loss" in r]
+    walls = [r["wall_s"] for r in records]
     per = [b - a for a, b in zip(walls, walls[1:])]
+    skipped = [r.get("zero_advantage_rows_skipped", 0.0) for r in records]
     return {"domain": domain, "steps": steps, "threads": threads, "step_s": [round(x, 3) for x in per],
-            "median_step_s": round(statistics.median(per), 3) if per else None}
+            "median_step_s": round(statistics.median(per), 3) if per else None,
+            "zero_advantage_rows_skipped": round(statistics.mean(skipped), 3) if skipped else None}
 
 
 def main() -> None:
@@ -52,7 +55,8 @@ def main() -> None:
     print(f"machine_speed.py reference work: {speed} s at {args.threads} thread(s)", flush=True)
     rows = [step_seconds(d, args.steps, args.threads) for d in args.domains]
     for r in rows:
-        print(f"{r['domain']:<7} median {r['median_step_s']} s a step over steps 2-{r['steps']}: {r['step_s']}")
+        print(f"{r['domain']:<7} median {r['median_step_s']} s a step over steps 2-{r['steps']}: {r['step_s']} "
+              f"(rows without advantage, skipped in the loss: {r['zero_advantage_rows_skipped']:.0%})")
     if args.json:
         Path(args.json).write_text(json.dumps({"machine_speed_s": speed, "rows": rows}, indent=2))
 

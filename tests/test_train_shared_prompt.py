@@ -126,3 +126,52 @@ def test_activation_checkpointing_takes_trls_path(model):
     from peft import LoraConfig, get_peft_model
 
     assert _checkpointing(get_peft_model(m, LoraConfig(r=2, target_modules=["q_proj"])))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo", "dr_grpo"])
+def test_rows_without_advantage_are_skipped_with_the_same_loss_and_gradient(tmp_path, loss_type):
+    """A group whose rewards are all equal has advantage 0: its rows are left out of the loss's forward and
+    backward, and the loss and gradient stay TRL's (the same normalisation); a micro-batch of such rows alone
+    gives zero gradients, not none. With a KL term every row runs."""
+    from trl import GRPOTrainer
+
+    from acl_lib.config import load_config
+    from acl_lib.model.shipped import shipped_dir
+    from acl_lib.train import grpo, trl_env
+    from acl_lib.train.shared_prompt import zero_advantage_rows
+
+    cfg = load_config("mini", [f"output_dir={tmp_path}", "torch_threads=1", "grpo.max_steps=1",
+                               f"grpo.loss_type={loss_type}"])
+    env = trl_env.make_env("math", cfg)
+    trainer = grpo.build_trainer(cfg, shipped_dir(cfg), env, env.tasks("train", 4, seed=0), tmp_path / "t")
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    ids, mask, keep = _batch(groups=3, generations=4)
+    inputs = {"prompt_ids": ids[:, :-keep], "prompt_mask": mask[:, :-keep], "completion_ids": ids[:, -keep:],
+              "completion_mask": mask[:, -keep:], "num_items_in_batch": mask[:, -keep:].sum()}
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+
+    def loss_and_grads(fn, advantages):
+        trainer.model.zero_grad(set_to_none=True)
+        loss = fn(trainer, trainer.model, dict(inputs, advantages=advantages))
+        loss.backward()
+        return loss.detach(), [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in params]
+
+    skipped = trainer._metrics["train"]["zero_advantage_rows_skipped"]
+    adv = torch.tensor([0.0] * 4 + [1.0, -0.5, 0.5, -0.25] + [0.0] * 4)  # groups 0 and 2 all-equal
+    assert zero_advantage_rows(trainer, dict(inputs, advantages=adv)).tolist() == [4, 5, 6, 7]
+    ref_loss, ref_grads = loss_and_grads(GRPOTrainer._compute_loss, adv)
+    loss, grads = loss_and_grads(type(trainer)._compute_loss, adv)
+    assert skipped[-1] == pytest.approx(2 / 3)
+    assert float(ref_loss) != 0.0
+    assert torch.allclose(loss, ref_loss, atol=1e-7, rtol=1e-5), (loss, ref_loss)
+    for a, b in zip(ref_grads, grads):
+        assert torch.allclose(a, b, atol=1e-7, rtol=1e-4)
+    # no row with an advantage: a zero loss whose gradients are zeros
+    loss, grads = loss_and_grads(type(trainer)._compute_loss, torch.zeros(12))
+    assert float(loss) == 0.0 and skipped[-1] == 1.0
+    assert all(g is not None and not g.any() for g in grads)
+    # a KL term makes every row count
+    trainer.beta = 0.1
+    assert zero_advantage_rows(trainer, dict(inputs, advantages=adv)) is None

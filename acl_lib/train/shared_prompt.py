@@ -17,6 +17,11 @@ TRL's own on a batch. The log-probabilities are computed at the trainer's temper
 (the mini model's 2,048 tokens: its logits are small); where the shortcut does not apply (DeepSpeed, activation
 checkpointing, images, a mixture-of-experts auxiliary loss, a model without a ``base_model`` backbone) TRL's own
 computation runs.
+
+The loss also leaves out the rows whose advantage is 0 (a group whose rewards all agree: at the mini profile's
+math stage often a third of a batch or more), which carry no gradient in the clipped objectives when there is no
+KL term or entropy bonus (``zero_advantage_rows``); the loss keeps its normalisation, and the training log counts
+the share skipped (``zero_advantage_rows_skipped``).
 """
 
 from __future__ import annotations
@@ -105,4 +110,54 @@ def trainer_class():
                     entropies.append(ent)
             return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
+        def _compute_loss(self, model, inputs):
+            """TRL's loss over the rows whose advantage is not 0 (see ``zero_advantage_rows``), scaled so that it
+            is the loss of the whole micro-batch; the share of rows skipped goes to the training log."""
+            mode = "train" if self.model.training else "eval"
+            keep = zero_advantage_rows(self, inputs)
+            if keep is None:
+                return super()._compute_loss(model, inputs)
+            rows = inputs["advantages"].size(0)
+            self._metrics[mode]["zero_advantage_rows_skipped"].append(1.0 - keep.numel() / rows)
+            if keep.numel() == 0:
+                # Every row's loss is 0: zero gradients (not none, so that Adam's moments move as TRL's do)
+                return sum((p * 0).sum() for p in model.parameters() if p.requires_grad)
+            sub = {k: (v.index_select(0, keep) if torch.is_tensor(v) and v.dim() and v.size(0) == rows else v)
+                   for k, v in inputs.items()}
+            loss = super()._compute_loss(model, sub)
+            if self.loss_type == "bnpo":  # a token mean over the micro-batch's completion tokens
+                mask = _loss_mask(inputs)
+                return loss * (_loss_mask(sub).sum().clamp(min=1.0) / mask.sum().clamp(min=1.0))
+            if self.loss_type in ("grpo", "dr_grpo"):  # a mean over the micro-batch's rows
+                return loss * (keep.numel() / rows)
+            return loss  # dapo: normalised by the generation batch's token count, whichever rows run
+
     return SharedPromptGRPO
+
+
+_SKIPPABLE_LOSSES = ("dapo", "grpo", "bnpo", "dr_grpo")
+
+
+def _loss_mask(inputs) -> torch.Tensor:
+    mask = inputs["completion_mask"]
+    return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
+
+
+def zero_advantage_rows(trainer, inputs) -> torch.Tensor | None:
+    """Indices of the rows of a micro-batch whose loss can be nonzero, or None where every row must run.
+
+    With the clipped objectives (``_SKIPPABLE_LOSSES``) a row whose advantage is 0 (a group whose rewards are all
+    equal) has a per-token loss of ``-min(r * 0, clip(r) * 0) = 0`` whatever its ratio ``r``, hence no gradient,
+    unless a KL term (``beta``), an entropy bonus, an entropy mask (a quantile over the whole batch) or a mixture-
+    of-experts auxiliary loss adds to it: those cases run every row. Only in one process: under DDP or DeepSpeed
+    a rank that skips its forward would leave its peers waiting in a collective."""
+    adv = inputs.get("advantages")
+    if (adv is None or trainer.loss_type not in _SKIPPABLE_LOSSES or trainer.beta != 0.0
+            or trainer.aux_loss_enabled or getattr(trainer, "_entropy_bonus_enabled", False)
+            or trainer.top_entropy_quantile < 1.0 or trainer.accelerator.num_processes != 1
+            or any(k in inputs for k in ("pixel_values", "image_grid_thw", "token_type_ids"))):
+        return None
+    nonzero = adv.reshape(adv.size(0), -1).ne(0).any(dim=1)
+    if bool(nonzero.all()):
+        return None
+    return nonzero.nonzero().squeeze(1)
