@@ -113,7 +113,9 @@ def test_micro_batches_split_a_step_into_accumulated_passes(tmp_path):
         load_config("paper", ["grpo.micro_batch_size=3"])
     from acl_lib.train.grpo import vllm_kwargs
 
-    assert vllm_kwargs(paper, True, [1])["vllm_enable_sleep_mode"] is True
+    assert paper.grpo.vllm_sleep_mode
+    assert vllm_kwargs(paper, False, [1])["vllm_enable_sleep_mode"] is True  # single-turn: sleeps while training
+    assert vllm_kwargs(paper, True, [1])["vllm_enable_sleep_mode"] is False  # multi-turn: stays awake
 
 
 @pytest.mark.slow

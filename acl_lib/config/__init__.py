@@ -428,6 +428,11 @@ class GRPOConfig(_Section):
     micro_batch_size: int = Field(0, ge=0)
     # vLLM rollouts: put the colocated engine to sleep (weights and KV cache off the GPU) during the training
     # passes of a step (TRL's vllm_enable_sleep_mode), so they get the memory the engine holds while generating.
+    # Single-turn rollouts only (grpo.vllm_kwargs): TRL 1.16's colocated engine sleeps after *every* generate call
+    # and re-pushes the weights on the next (under ZeRO-3 a gather of every parameter, a collective). A multi-turn
+    # rollout calls generate once per turn and ranks take different numbers of turns, so they would wait on
+    # collectives the others never enter; multi-turn rollouts (search, e-commerce, MMOPD, the MLE experts on
+    # those worlds) keep the engine awake, and their memory plan counts it.
     vllm_sleep_mode: bool = False
 
 

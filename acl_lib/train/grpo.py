@@ -33,14 +33,19 @@ def vllm_kwargs(cfg, multi_turn: bool, stop_ids: list[int] | None) -> dict:
     """``GRPOConfig`` fields of vLLM rollouts (``grpo.use_vllm``): the engine's context is the model's
     (``model.max_position_embeddings``, not vLLM's guess from the checkpoint), every call stops at a turn's end
     (``stop_ids``: eos and ``<|im_end|>``, since a hub base model's eos is ``<|endoftext|>``), and a multi-turn
-    call generates one turn (``grpo.max_new_tokens``), not the whole rollout budget ``max_completion_length``."""
+    call generates one turn (``grpo.max_new_tokens``), not the whole rollout budget ``max_completion_length``.
+
+    Sleep mode (``grpo.vllm_sleep_mode``) applies to single-turn rollouts only: TRL's colocated engine sleeps
+    after every ``generate`` call and re-pushes the weights on the next, a collective under ZeRO-3, and a multi-turn
+    rollout calls it once per turn, a different number of times on each rank (``tests/test_paper_vllm_sleep.py``).
+    """
     if not cfg.grpo.use_vllm:
         return {}
     gen: dict = {"stop_token_ids": list(stop_ids)} if stop_ids else {}
     if multi_turn:
         gen["max_tokens"] = cfg.grpo.max_new_tokens  # overrides TRL's max_completion_length per vLLM call
     return {"vllm_max_model_length": cfg.model.max_position_embeddings, "generation_kwargs": gen or None,
-            "vllm_enable_sleep_mode": cfg.grpo.vllm_sleep_mode}
+            "vllm_enable_sleep_mode": cfg.grpo.vllm_sleep_mode and not multi_turn}
 
 
 def grpo_args(cfg, out_dir, multi_turn: bool = False, stop_ids: list[int] | None = None):
