@@ -345,6 +345,13 @@ def cmd_run(args) -> int:
         return EXIT_USAGE
     # Validate every seed's config before any notebook starts: a typo fails here, in seconds.
     cfgs = {seed: _load(args.profile, overrides, seed) for seed in args.seeds}
+    from acl_lib import versions
+
+    try:
+        versions.require()  # a training stack the suite is not written against fails here too
+    except RuntimeError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
     nb_dir = Path(args.notebooks_dir)
     if not nb_dir.is_dir():
         _err(f"--notebooks-dir {nb_dir}: no such directory")

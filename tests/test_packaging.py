@@ -47,9 +47,17 @@ def test_environment_yml_names_the_same_packages_as_pyproject():
             conda.append(dep.split("=")[0].split(">")[0].split("<")[0].strip())
     assert set(conda) <= CONDA_TOOLING, f"put Python packages in the pip section: {set(conda) - CONDA_TOOLING}"
     got = _reqs(pip)
+    assert "vllm" in expected and "deepspeed" in expected and "torch" in expected
+    from packaging.specifiers import SpecifierSet
+
+    from acl_lib.versions import OPTIONAL, SUPPORTED
+
+    # the training stack: environment.yml pins one release (==), inside pyproject.toml's range
+    for pkg in SUPPORTED.keys() | OPTIONAL.keys():
+        pin = got.pop(pkg)
+        assert pin.startswith("==") and pin[2:] in SpecifierSet(expected.pop(pkg)), (pkg, pin)
     diff = {k: (got.get(k), expected.get(k)) for k in got.keys() | expected.keys() if got.get(k) != expected.get(k)}
     assert not diff, f"environment.yml vs pyproject.toml (dependencies + gpu + test extras), name: (yml, toml): {diff}"
-    assert "vllm" in expected and "deepspeed" in expected and "torch" in expected
 
 
 def test_console_script_and_package_data():

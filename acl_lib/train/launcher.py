@@ -274,8 +274,11 @@ def launch(cfg, job: str, out_dir, **job_args) -> dict:
 
     Returns the job's summary (``<out_dir>/train_summary.json``); the model is in ``<out_dir>/model``.
     """
+    from acl_lib import versions
+
     mode = cfg.launcher.mode
     fn = job_function(job)  # fail on a bad job name before anything is written
+    versions.require()  # and on a training stack the suite is not written against
     if mode == "in_process":
         return fn(cfg, out_dir=out_dir, **job_args)
     job_file = write_job(cfg, job, out_dir, job_args)
