@@ -46,7 +46,11 @@ class _Pdsh:  # the pdsh process that would log into every node
 
 subprocess.Popen = _Pdsh
 subprocess.check_call = lambda *a, **k: 0  # passwordless-ssh check
-subprocess.check_output = lambda *a, **k: b"10.1.2.3\\n"  # `ssh node-a hostname -I`
+def _no_probe(*a, **k):  # `ssh node-a hostname -I`: the launcher names the master, so the runner must not ask
+    raise AssertionError(f"master address probed: {{a}}")
+
+
+subprocess.check_output = _no_probe
 multinode_runner.PDSHRunner.backend_exists = lambda self: True
 runner.main(sys.argv[1:])
 with open(os.environ["ACL_TEST_CAPTURE"], "w") as f:
@@ -95,6 +99,9 @@ def test_hostfile_launch_forwards_the_zero_config_to_every_node(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     cmd = json.loads(capture.read_text())
     assert cmd[0] == "pdsh" and "node-a,node-b" in cmd
+    assert any("--master_addr=node-a" in c for c in cmd)  # the hostfile's first host, by its name
+    (port,) = {c.split("--master_port=")[1].split()[0] for c in cmd if "--master_port=" in c}
+    assert port.isdigit() and 1024 <= int(port) <= 65535 and port != "29500"  # a free port, picked at launch
     exports = next(c for c in cmd if c.startswith("export "))  # what every node runs before its workers
     assert f"export {DS_CONFIG_ENV}={ds_config};" in exports
     assert "export TRL_EXPERIMENTAL_SILENCE=1;" in exports and "export TOKENIZERS_PARALLELISM=false;" in exports

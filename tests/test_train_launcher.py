@@ -75,6 +75,24 @@ def test_multi_node_scripts_for_the_paper_profile(tmp_path):
     assert "num_machines: 2" in acc and "num_processes: 16" in acc and "distributed_type: DEEPSPEED" in acc
     for s in (scripts["deepspeed"], scripts["slurm"]):
         subprocess.run(["bash", "-n", str(s)], check=True)  # syntax
+    assert '--master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT"' in ds and "29500" not in ds + sb
+    assert '--main_process_port \'"$MAIN_PORT"\'' in sb
+    # the rendezvous lines: the hostfile's first host (comments and blank lines skipped), a free port
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("# nodes\n\nnode-a slots=8\nnode-b slots=8\n")
+    named = load_config("paper", overrides={"output_dir": str(tmp_path / "outputs"),
+                                            "launcher.hostfile": str(hostfile)})
+    lines = launcher.multi_node_scripts(named, job, run.path)["deepspeed"].read_text().splitlines()
+    rendezvous = "\n".join(line for line in lines if line.startswith(("MASTER_ADDR=", "MASTER_PORT=")))
+    out = subprocess.run(["bash", "-c", rendezvous + '\necho "$MASTER_ADDR $MASTER_PORT"'], capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out[0] == "node-a" and out[1].isdigit() and int(out[1]) > 0
+    # given ones are used as they are
+    fixed = load_config("paper", overrides={"output_dir": str(tmp_path / "outputs"), "launcher.hostfile": "",
+                                            "launcher.master_addr": "10.0.0.7", "launcher.master_port": 29611})
+    fixed_scripts = launcher.multi_node_scripts(fixed, job, run.path)
+    assert "MASTER_ADDR=10.0.0.7\nMASTER_PORT=29611\n" in fixed_scripts["deepspeed"].read_text()
+    assert "MAIN_IP=10.0.0.7\nMAIN_PORT=29611" in fixed_scripts["slurm"].read_text()
     spec = json.loads(job.read_text())
     assert spec["job"] == "grpo" and spec["config"]["launcher"]["zero_stage"] == 3
     assert spec["out_dir"] == str(run.path.resolve())

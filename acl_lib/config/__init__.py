@@ -204,7 +204,9 @@ class WorldsConfig(_Section):
     n_test: int = Field(16, ge=1)  # held-out in-domain tasks per benchmark
     n_ood: int = Field(16, ge=1)  # tasks per OOD benchmark
     data_dir: str = ""  # real datasets (paper profile); empty = generate mini worlds
-    retriever_url: str = ""  # optional POST /retrieve service for search; empty = local bm25s
+    # optional POST /retrieve service for search (a Search-R1-style server: e5 dense retrieval there, whose scores
+    # are not comparable with BM25's; docs/paper-checklist.md); empty = the local bm25s index
+    retriever_url: str = ""
     search_topk: int = Field(3, ge=1)
     # Mini math world: weights of difficulty levels 1-4 per split. The default makes the held-out set
     # harder than training (AIME-like); a small model may need an easier mix (see the mini profile).

@@ -134,6 +134,12 @@ class LauncherConfig(_Section):
     # rate-limited simulated customer can trail the others by many minutes (docs/paper-checklist.md, issue 32 item 8).
     collective_timeout_s: int = Field(1800, ge=60)
     hostfile: str = ""
+    # Where the ranks meet (multi_node). "" = the hostfile's first host by the name the hostfile gives it (Slurm:
+    # the allocation's first node name), not DeepSpeed's `ssh <host> hostname -I` probe, whose first address can
+    # be a container bridge or a management network. Port 0 = a free port picked on the node that starts the job
+    # when it starts (a fixed 29500 made two jobs on one cluster collide); give one where a firewall needs it.
+    master_addr: str = ""
+    master_port: int = Field(0, ge=0, le=65535)
     slurm_partition: str = ""
     slurm_time: str = "48:00:00"
 

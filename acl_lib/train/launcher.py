@@ -222,7 +222,14 @@ def multi_node_scripts(cfg, job_file: Path, out_dir) -> dict[str, Path]:
     exports += f"export PYTHONPATH={shlex.quote(str(root))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
     ds_env = env_file(cfg, ds_config, d / "deepspeed_env")
     ds_cmd = ["deepspeed", "--hostfile", str(hostfile), "--num_nodes", str(L.num_nodes), "--num_gpus",
-              str(L.num_processes), "--master_port", "29500", "--no_local_rank", *entry_args(job_file, ds_config)]
+              str(L.num_processes), "--no_local_rank", *entry_args(job_file, ds_config)]
+    free_port = (f"{shlex.quote(sys.executable)} -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); "
+                 "print(s.getsockname()[1])'")
+    port = str(L.master_port) if L.master_port else f"$({free_port})"
+    # the hostfile's first host: its first field on the first line that is neither blank nor a comment
+    first_host = f"$(awk 'NF && $1 !~ /^#/ {{print $1; exit}}' {shlex.quote(str(hostfile))})"
+    rendezvous = (f"MASTER_ADDR={shlex.quote(L.master_addr) if L.master_addr else first_host}\n"
+                  f"MASTER_PORT={port}\n")
     # The `deepspeed` on PATH, else the one beside the interpreter that wrote the script (a venv that is not
     # activated, as under `make`: a bare `deepspeed` was "command not found").
     ds_exe = str(Path(sys.executable).parent / "deepspeed")
@@ -232,8 +239,9 @@ def multi_node_scripts(cfg, job_file: Path, out_dir) -> dict[str, Path]:
                   "# acl_lib.train.launcher.env_file); the ZeRO config also travels as --deepspeed-config.\n"
                   f"set -euo pipefail\ncd {shlex.quote(str(root))}\n{exports}"
                   f"export DS_ENV_FILE={shlex.quote(str(ds_env.resolve()))}\n"
-                  f"DEEPSPEED=$(command -v deepspeed || echo {shlex.quote(ds_exe)})\n"
-                  + '"$DEEPSPEED" ' + " ".join(shlex.quote(a) for a in ds_cmd[1:]) + "\n")
+                  f"DEEPSPEED=$(command -v deepspeed || echo {shlex.quote(ds_exe)})\n{rendezvous}"
+                  + '"$DEEPSPEED" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" '
+                  + " ".join(shlex.quote(a) for a in ds_cmd[1:]) + "\n")
     acc_cfg = d / "accelerate.yaml"
     acc_cfg.write_text(
         "# accelerate + DeepSpeed plugin; machine rank and main process address are passed per node by srun.\n"
@@ -250,10 +258,12 @@ def multi_node_scripts(cfg, job_file: Path, out_dir) -> dict[str, Path]:
         f"#SBATCH --time={L.slurm_time}\n{partition}"
         f"#SBATCH --output={d}/slurm-%j.out\n"
         f"set -euo pipefail\ncd {shlex.quote(str(root))}\n{exports}"
-        'MAIN_IP=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+        + (f"MAIN_IP={shlex.quote(L.master_addr)}\n" if L.master_addr
+           else 'MAIN_IP=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n')
+        + f"MAIN_PORT={port}  # the batch script runs on the allocation's first node\n"
         "srun bash -c 'accelerate launch "
         f"--config_file {shlex.quote(str(acc_cfg))} --machine_rank $SLURM_NODEID "
-        "--main_process_ip '\"$MAIN_IP\"' --main_process_port 29500 "
+        "--main_process_ip '\"$MAIN_IP\"' --main_process_port '\"$MAIN_PORT\"' "
         f"--module acl_lib.train.entry --job-file {shlex.quote(str(job_file))} "
         f"--deepspeed-config {shlex.quote(str(ds_config))}'\n")
     return {"deepspeed": ds, "slurm": sb, "accelerate_config": acc_cfg, "deepspeed_env": ds_env}
