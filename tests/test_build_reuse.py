@@ -1,7 +1,6 @@
 """``benchmarks/build_mini_base.py --reuse-phases``: phases 1-2 of an earlier build are taken only when every
 setting but phase 3's and the tokenizer are the same."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -9,15 +8,13 @@ import yaml
 
 from acl_lib.config import load_config
 from acl_lib.train import pretrain
+from bench_kit import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def builder():
-    spec = importlib.util.spec_from_file_location("build_mini_base", ROOT / "benchmarks" / "build_mini_base.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("build_mini_base")
 
 
 def earlier_build(tmp_path: Path, cfg) -> Path:

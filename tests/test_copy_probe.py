@@ -1,16 +1,13 @@
 """The copy-probe diagnostic (benchmarks/copy_probe.py): its synthetic tasks and its reference losses."""
 
-import importlib.util
 import math
 import random
-from pathlib import Path
 
 import pytest
 
-spec = importlib.util.spec_from_file_location(
-    "copy_probe", Path(__file__).resolve().parents[1] / "benchmarks" / "copy_probe.py")
-copy_probe = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(copy_probe)
+from bench_kit import load_benchmark
+
+copy_probe = load_benchmark("copy_probe")
 
 
 def test_offset_tasks_repeat_at_their_distance():

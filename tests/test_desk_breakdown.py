@@ -1,22 +1,19 @@
 """benchmarks/desk_breakdown.py and the ``kind`` of a desk task's record: a retail evaluation's episodes are
 counted per task kind, from the records' own field or, for older records, from the world's tasks by id."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 from acl_lib.config import load_config
 from acl_lib.envs import BENCHMARKS
 from acl_lib.eval.harness import ExpertPolicy, benchmark_size, evaluate_benchmark, world
+from bench_kit import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("desk_breakdown", ROOT / "benchmarks" / "desk_breakdown.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("desk_breakdown")
 
 
 def test_retail_records_name_their_kind_and_the_breakdown_counts_them(tmp_path, capsys):

@@ -1,21 +1,18 @@
 """benchmarks/if_breakdown.py: the held-out words a prompt asks for are found where the expert writes them, and
 missed where a response leaves them out."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 from acl_lib.config import WorldsConfig
 from acl_lib.envs.instruct import InstructEnv, scripted_expert
+from bench_kit import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("if_breakdown", ROOT / "benchmarks" / "if_breakdown.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("if_breakdown")
 
 
 def _records(tasks, respond):

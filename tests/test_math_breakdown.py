@@ -1,23 +1,20 @@
 """benchmarks/math_breakdown.py: the family read from a problem's text is the generator's, and arithmetic lines
 are judged right or wrong as computed."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from acl_lib.envs.math import generate_math, solution_text, wrong_solution_text
+from bench_kit import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def mb():
-    spec = importlib.util.spec_from_file_location("math_breakdown", ROOT / "benchmarks" / "math_breakdown.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("math_breakdown")
 
 
 NAMES = {"algebra": "algebra", "arith": "arithmetic", "word": "word"}
