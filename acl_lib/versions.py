@@ -46,7 +46,6 @@ def check(versions: dict[str, str | None] | None = None) -> list[str]:
     """One line per package outside its range (``versions``: package -> installed release, None = missing;
     default: what is installed here)."""
     from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
 
     problems = []
     for table, required in ((SUPPORTED, True), (OPTIONAL, False)):
@@ -57,7 +56,8 @@ def check(versions: dict[str, str | None] | None = None) -> list[str]:
                     problems.append(f"{pkg} is not installed; the suite needs {pkg}{spec} ({why}): "
                                     f"pip install '{pkg}{spec}'")
                 continue
-            if Version(have).base_version not in SpecifierSet(spec) and Version(have) not in SpecifierSet(spec):
+            # a local label (+cpu) or a pre-release of a release in range is that release
+            if not SpecifierSet(spec).contains(have, prereleases=True):
                 problems.append(f"{pkg} {have} is installed; the suite needs {pkg}{spec} ({why}): "
                                 f"pip install '{pkg}{spec}'")
     return problems

@@ -32,9 +32,14 @@ import torch
 import torch.nn.functional as F
 
 
+def _inner(model):
+    """The causal LM inside a PEFT wrapper (the model itself without one)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def _backbone_and_head(model):
     """The transformer backbone (``Qwen3Model``) and output layer of a causal LM, through a PEFT wrapper."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = _inner(model)
     backbone = getattr(inner, "base_model", None)
     if backbone is None or backbone is inner:
         return None, None
@@ -43,8 +48,7 @@ def _backbone_and_head(model):
 
 def _checkpointing(model) -> bool:
     """Whether activation checkpointing is on (transformers then refuses the key-value cache the shortcut needs)."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return bool(getattr(inner, "is_activation_checkpointing", False))
+    return bool(getattr(_inner(model), "is_activation_checkpointing", False))
 
 
 def shared_prompt_logps(backbone, head, input_ids, attention_mask, logits_to_keep: int, temperature: float,
