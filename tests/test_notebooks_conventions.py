@@ -27,6 +27,23 @@ def test_notebook_follows_conventions(path):
     assert check_conventions(path) == []
 
 
+STAGE_NOTEBOOKS = [p for p in NOTEBOOKS if re.match(r"0[1-4]_seq_stage_", p.name)]
+
+
+@pytest.mark.parametrize("path", STAGE_NOTEBOOKS, ids=[p.name for p in STAGE_NOTEBOOKS])
+def test_a_stage_notebook_names_no_benchmark_in_its_code(path):
+    """A stage notebook runs whichever domain ``pipeline.curriculum`` puts at its index: the benchmarks it shows
+    come from the domain table (``acl_lib.domains``), never from a name written into a code cell."""
+    from acl_lib.domains import BENCHMARK_DOMAIN
+
+    assert len(STAGE_NOTEBOOKS) == 4
+    code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+    named = sorted(b for b in BENCHMARK_DOMAIN if re.search(rf"[\"']{b}[\"']", code))
+    assert named == [] or path.name.startswith("04_"), named  # 04 also draws the whole sequence's trajectories
+    if path.name.startswith("04_"):
+        assert "show_transcripts(run.path / \"eval\", [own, domains.SHOWN_OOD[domain]])" in code
+
+
 def test_every_notebook_is_listed_in_order():
     listed = list_notebooks(ROOT / "notebooks")
     assert listed == NOTEBOOKS, "every .ipynb in notebooks/ must be named NN_name.ipynb"
