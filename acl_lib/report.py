@@ -96,11 +96,11 @@ padding:2px 6px;text-align:right}table.acl th{background:#f3f3f3}pre{font-size:1
 overflow-x:auto}details{margin:2px 0}.note{color:#555;font-size:13px}"""
 
 
-def build_report(data: FinalData, title: str, *, tables: Mapping[str, tuple[str, object]] | None = None,
+def build_report(data: FinalData, title: str, *, tables: Mapping[str, tuple] | None = None,
                  figures: Sequence[object] = (), configs: Mapping[int, Mapping[str, str]] | None = None,
                  notebooks: Mapping[str, Sequence[Path]] | None = None, where: Path | None = None,
                  intro: str = "") -> str:
-    """The report as one HTML document: ``tables`` ``{id: (heading, DataFrame)}`` (default: trajectory, main
+    """The report as one HTML document: ``tables`` ``{id: (heading, DataFrame[, note])}`` (default: trajectory, main
     in-domain / OOD, CL metrics, findings, missing), ``figures`` (plotly; plotly.js inlined once, in the first),
     ``configs`` (collapsed, one per run and seed), ``notebooks`` linked relative to ``where`` (the report's
     folder)."""
@@ -113,8 +113,10 @@ def build_report(data: FinalData, title: str, *, tables: Mapping[str, tuple[str,
     parts.append(f"<p class='note'>Seeds: {', '.join(map(str, data.seeds))}; curriculum: "
                  f"{' → '.join(data.curriculum)}. Scores are percent, mean ± std over the seeds that have the run "
                  "(sample std; none shown with one seed). 'study': the ACLArena study's reported figure.</p>")
-    for tid, (heading, frame) in tables.items():
+    for tid, (heading, frame, *note) in tables.items():
         parts.append(f"<h2 id='h-{tid}'>{html.escape(heading)}</h2>")
+        if note and note[0]:
+            parts.append(f"<p class='note'>{html.escape(note[0])}</p>")
         parts.append(_table_html(frame, tid) if len(frame) else "<p class='note'>(nothing on disk yet)</p>")
     if figures:
         parts.append("<h2 id='h-figures'>Figures</h2>")
@@ -144,10 +146,11 @@ def build_report(data: FinalData, title: str, *, tables: Mapping[str, tuple[str,
 
 
 def default_tables(data: FinalData) -> dict:
-    """The report's tables, ``{id: (heading, DataFrame)}``, in the order they are shown."""
+    """The report's tables, ``{id: (heading, DataFrame[, note])}``, in the order they are shown; a note (the
+    findings' noise-floor formula) goes under its heading in small print."""
     return {
-        "findings": (f"Findings F1-F8: verdicts computed from the numbers ({findings.NOISE_FLOOR})",
-                     findings.findings_frame(data)),
+        "findings": ("Findings F1-F8: verdicts computed from the numbers", findings.findings_frame(data),
+                     findings.NOISE_FLOOR),
         "trajectory": ("The sequential trajectory", final.trajectory_frame(data)),
         "lifts": ("Each stage and oracle on its own benchmark, points over the checkpoint it started from",
                   final.lifts_frame(data)),

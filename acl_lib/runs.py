@@ -56,7 +56,7 @@ import yaml
 
 from acl_lib.atomic import atomic_dir, atomic_write_text, write_json
 from acl_lib.config import Config
-from acl_lib.progress import NotProgress, current_run, library_output_to, progress_file_handler
+from acl_lib.progress import NotProgress, current_run, in_notebook_kernel, library_output_to, progress_file_handler
 
 COMPLETE = "COMPLETE.json"
 RUNNING = "RUNNING.json"
@@ -411,10 +411,12 @@ def _remove(p: Path) -> None:
 
 
 def ensure_console_logging() -> None:
-    """Make INFO messages of ``acl.*`` loggers visible (in a terminal and in notebook outputs) exactly once."""
+    """Make INFO messages of ``acl.*`` loggers visible (in a terminal and in notebook outputs) exactly once: on
+    stderr in a terminal (stdout stays for what a command prints), on stdout in a notebook, where stderr renders
+    as an error box and these lines are information."""
     root = logging.getLogger("acl")
     if not root.handlers:
-        h = logging.StreamHandler(sys.stderr)
+        h = logging.StreamHandler(sys.stdout if in_notebook_kernel() else sys.stderr)
         h.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
         h.addFilter(NotProgress())  # the live progress line shows those
         root.addHandler(h)

@@ -5,6 +5,7 @@ curriculum-orders position tables (acl_lib.curriculum). The findings' rules them
 from __future__ import annotations
 
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -168,6 +169,10 @@ def test_write_report_structure(tmp_path):
         assert (path.parent / href).resolve().is_file(), href
     assert "config_hash abc1" in text and "seq_ecom" in text
     assert "mmopd" in text  # listed as missing
+    # the noise floor's formula is small print under a short heading, not part of it
+    heading = re.search(r"<h2 id='h-findings'>(.*?)</h2>\s*<p class='note'>(.*?)</p>", text, re.S)
+    formula = "combined standard error"
+    assert heading and formula not in heading.group(1) and formula in heading.group(2)
 
 
 def _browser() -> str | None:

@@ -195,6 +195,9 @@ def test_all_notebooks_execute_under_smoke(tmp_path):
         cells = json.loads(executed.read_text())["cells"]
         for i, cell in enumerate(cells):
             assert _stream_lines(cell) <= SCREENFUL, f"{nb.name} cell {i}: {_stream_lines(cell)} log lines"
+            # the suite's log lines are information: stdout, not the red box a notebook draws around stderr
+            errs = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("name") == "stderr")
+            assert not re.search(r"\d\d:\d\d:\d\d acl\.", errs), f"{nb.name} cell {i}: log lines on stderr"
         outputs = [o for c in cells for o in c.get("outputs", [])]
         figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
         assert figures, f"{nb.name} draws no figure"

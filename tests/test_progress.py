@@ -133,3 +133,17 @@ def test_library_output_goes_to_the_log_and_consoles_come_back(tmp_path, capsys)
     captured = capsys.readouterr()
     assert "trainer table row" not in captured.out + captured.err
     assert "after the block" in captured.err and "late library, after the block" in captured.err
+
+
+@pytest.mark.parametrize("kernel", [False, True])
+def test_log_lines_go_to_stderr_in_a_terminal_and_stdout_in_a_notebook(monkeypatch, kernel):
+    """A notebook draws stderr as an error box: the suite's log lines, information, go to stdout there."""
+    from acl_lib import runs
+
+    acl = logging.getLogger("acl")
+    for attr in ("handlers", "level", "propagate"):  # put back as they were after the test
+        monkeypatch.setattr(acl, attr, [] if attr == "handlers" else getattr(acl, attr))
+    monkeypatch.setattr(runs, "in_notebook_kernel", lambda: kernel)
+    runs.ensure_console_logging()
+    streams = [h.stream for h in acl.handlers if type(h) is logging.StreamHandler]
+    assert streams == [sys.stdout if kernel else sys.stderr]
