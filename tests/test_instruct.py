@@ -34,6 +34,7 @@ from acl_lib.envs.instruct import (
     load_ifeval_jsonl,
     scripted_expert,
 )
+from ifeval_kit import KWARGS
 
 DATA = Path(__file__).parent / "data"
 
@@ -358,26 +359,6 @@ def test_ood_verifiers():
 
 # ---------------------------------------------------------------- never raises
 
-_KWARGS = {
-    "keywords:existence": {"keywords": ["a(", "b"]},
-    "keywords:frequency": {"keyword": "[x", "frequency": 1, "relation": "at least"},
-    "keywords:forbidden_words": {"forbidden_words": ["c", "d+"]},
-    "keywords:letter_frequency": {"letter": "a", "let_frequency": 2, "let_relation": "less than"},
-    "length_constraints:number_sentences": {"num_sentences": 2, "relation": "at least"},
-    "length_constraints:number_paragraphs": {"num_paragraphs": 2},
-    "length_constraints:number_words": {"num_words": 3, "relation": "less than"},
-    "length_constraints:nth_paragraph_first_word": {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "a"},
-    "detectable_content:postscript": {"postscript_marker": "P.(S"},
-    "detectable_content:number_placeholders": {"num_placeholders": 1},
-    "detectable_format:number_bullet_lists": {"num_bullets": 2},
-    "detectable_format:number_highlighted_sections": {"num_highlights": 1},
-    "detectable_format:multiple_sections": {"section_spliter": "Sec(", "num_sections": 2},
-    "change_case:capital_word_frequency": {"capital_frequency": 2, "capital_relation": "at least"},
-    "startend:end_checker": {"end_phrase": "bye"}, "combination:repeat_prompt": {"prompt_to_repeat": "hi"},
-    "count:word_count_range": {"min_words": 1, "max_words": 5}, "count:unique_word_count": {"N": 3},
-    "ratio:stop_words": {"percentage": 50}, "count:conjunctions": {"small_n": 2}, "count:person_names": {"N": 1},
-    "count:numbers": {"N": 1},
-}
 _IDS = [i for i in VERIFIERS if i != "language:response_language"]
 
 
@@ -386,8 +367,8 @@ _IDS = [i for i in VERIFIERS if i != "language:response_language"]
        | st.text(alphabet=st.sampled_from(list('*-\n .,"<>[]{}#P.S0123456789aZ')), max_size=200))
 def test_verifiers_never_raise(text):
     for iid in _IDS:
-        assert isinstance(check_instruction(iid, _KWARGS.get(iid, {}), text), bool)
-        assert isinstance(check_instruction_loose(iid, _KWARGS.get(iid, {}), text), bool)
+        assert isinstance(check_instruction(iid, KWARGS.get(iid, {}), text), bool)
+        assert isinstance(check_instruction_loose(iid, KWARGS.get(iid, {}), text), bool)
 
 
 def test_bad_kwargs_and_non_string_responses_give_false():
@@ -404,7 +385,7 @@ def test_huge_inputs_stay_fast():
     t0 = time.process_time()  # CPU seconds: a bound on work, whatever else shares the cores
     for text in texts:
         for iid in _IDS:
-            check_instruction_loose(iid, _KWARGS.get(iid, {}), text)
+            check_instruction_loose(iid, KWARGS.get(iid, {}), text)
     assert time.process_time() - t0 < 15
 
 
