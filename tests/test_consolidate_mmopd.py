@@ -12,9 +12,9 @@ import torch
 from acl_lib.config import load_config
 from acl_lib.consolidate import mmopd
 from acl_lib.consolidate.mmopd import hybrid_kl, route
-from acl_lib.diagnostics.weights import checkpoint_parameter_count
 from acl_lib.envs import make_env, scripted_expert
 from acl_lib.model import load_model_and_tokenizer
+from acl_lib.model.checkpoint_files import checkpoint_parameter_count
 from acl_lib.train import trl_env
 from train_kit import tiny_cfg
 

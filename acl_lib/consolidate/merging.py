@@ -42,9 +42,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from acl_lib import pipeline
-from acl_lib.diagnostics.weights import _progress, _Readers, resolve_model_dir, safetensors_index
+from acl_lib.diagnostics.weights import _progress
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
 from acl_lib.eval import harness  # called through the module: tests swap harness.world / make_policy
+from acl_lib.model.checkpoint_files import TensorReaders, resolve_model_dir, safetensors_index
 from acl_lib.processes import call_in_child
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
@@ -289,7 +290,7 @@ def merge_checkpoints(base_dir, source_dirs: Sequence, weights: Sequence[float],
     out.mkdir(parents=True, exist_ok=True)
     names = sorted(base)
     entries = [(n, base[n][1], base[n][2]) for n in names]
-    readers = [_Readers({n: layout[n][0] for n in layout}) for layout in (base, *sources)]
+    readers = [TensorReaders({n: layout[n][0] for n in layout}) for layout in (base, *sources)]
 
     with _progress(progress, len(names), "merge", "tensor") as bar:
         def produce(name):

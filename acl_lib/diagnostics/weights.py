@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from acl_lib.model.checkpoint_files import TensorReaders, resolve_model_dir, safetensors_index
 from acl_lib.progress import Progress
 
 # Where the SDFT step writes the study's update-direction check (the same SFT mixture from the base and from the
@@ -66,70 +67,6 @@ def layer_of(name: str) -> int | None:
 def groups_of(name: str) -> list[str]:
     layer = layer_of(name)
     return ["all", f"type:{module_type(name)}", f"layer:{'none' if layer is None else layer}"]
-
-
-# --- files -------------------------------------------------------------------------------------------------
-
-
-def resolve_model_dir(model: str | Path) -> Path:
-    """A local model directory for ``model``: the directory itself, or a hub id's snapshot in the local cache
-    (paper profile base; downloaded with ``huggingface_hub`` when not cached yet, weights and config only)."""
-    p = Path(model)
-    if p.is_dir():
-        return p
-    if p.is_absolute() or str(model).startswith("."):
-        raise FileNotFoundError(f"checkpoint {model}: no such directory")
-    from huggingface_hub import snapshot_download
-
-    return Path(snapshot_download(str(model), allow_patterns=["*.safetensors", "*.json"]))
-
-
-def safetensors_index(model_dir: str | Path) -> dict[str, Path]:
-    """``{tensor name: file}`` of a checkpoint: ``model.safetensors`` or the shards of
-    ``model.safetensors.index.json``. Raises FileNotFoundError naming the directory when it holds neither."""
-    d = resolve_model_dir(model_dir)
-    index = d / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return {name: d / f for name, f in weight_map.items()}
-    single = d / "model.safetensors"
-    if single.is_file():
-        from safetensors import safe_open
-
-        with safe_open(str(single), "pt") as f:
-            return {name: single for name in f.keys()}
-    raise FileNotFoundError(f"checkpoint {d}: no model.safetensors or model.safetensors.index.json "
-                            "(is the run complete?)")
-
-
-def checkpoint_parameter_count(model_dir: str | Path) -> int:
-    """Parameters of a checkpoint, from its safetensors headers (no tensor is read)."""
-    index = safetensors_index(model_dir)
-    readers = _Readers(index)
-    return int(sum(int(np.prod(readers.slice(name).get_shape() or [1])) for name in sorted(index, key=index.get)))
-
-
-class _Readers:
-    """Open safetensors handles of one checkpoint, opened on first use (a shard at a time stays open); also the
-    merger's reader (``acl_lib.consolidate.merging``)."""
-
-    def __init__(self, index: dict[str, Path]):
-        self.index, self.open = index, {}
-
-    def _handle(self, name: str):
-        from safetensors import safe_open
-
-        path = self.index[name]
-        if path not in self.open:
-            self.open.clear()  # one open shard per checkpoint
-            self.open[path] = safe_open(str(path), "pt")
-        return self.open[path]
-
-    def slice(self, name: str):
-        return self._handle(name).get_slice(name)
-
-    def tensor(self, name: str):
-        return self._handle(name).get_tensor(name)
 
 
 class _NoProgress:
@@ -264,7 +201,7 @@ def streamed_gram(models: Mapping[str, str | Path], base: str, block_elements: i
         if absent:
             raise ValueError(f"checkpoint {n} ({models[n]}) lacks {len(absent)} tensor(s) of the base, "
                              f"e.g. {absent[:3]}")
-    readers = {n: _Readers(indexes[n]) for n in names}
+    readers = {n: TensorReaders(indexes[n]) for n in names}
     k = len(names)
     grams: dict[str, np.ndarray] = {}
     sizes: dict[str, int] = {}

@@ -6,6 +6,7 @@
     build.py          build_model, load_model_and_tokenizer, save, placeholder_corpus, base_corpus
     shipped.py        the pretrained mini base committed with the suite (its card, checked by sha256)
     copying.py        the context-copy probe (synthetic induction blocks, copy gain)
+    checkpoint_files.py  a checkpoint's safetensors read without loading the model (index, readers, counts)
 
 Building the base as a run (the base-model step) is ``acl_lib.pipeline.build_base``. Names are imported lazily
 so ``import acl_lib.model`` (e.g. for ``BASE_SECTIONS``) does not load torch.

@@ -40,8 +40,8 @@ from acl_lib.consolidate.mle.specs import (
     lora_kwargs,
     start_run,
 )
-from acl_lib.diagnostics.weights import resolve_model_dir, safetensors_index
 from acl_lib.envs import STAGE_ENV, scripted_expert
+from acl_lib.model.checkpoint_files import resolve_model_dir, safetensors_index
 from acl_lib.runs import run_once
 from acl_lib.train import common, sft, trl_env
 from acl_lib.train.grpo import build_trainer

@@ -13,7 +13,8 @@ import logging
 from acl_lib import pipeline
 from acl_lib.consolidate.sdft.sampling import _require
 from acl_lib.consolidate.sdft.training import SDFTSpec, sdft_run
-from acl_lib.diagnostics.weights import resolve_model_dir, streamed_gram, update
+from acl_lib.diagnostics.weights import streamed_gram, update
+from acl_lib.model.checkpoint_files import resolve_model_dir
 from acl_lib.runs import Run, run_once
 from acl_lib.train.stage import SFT_DIR
 
