@@ -246,3 +246,13 @@ def test_memory_plan_written_beside_the_job(tmp_path, base_dir):
     assert "| divergence, " in text and json.loads((path.parent / "memory_plan.json").read_text())[
         "divergence_gib_per_gpu"] > 0
     assert f"{gpus} GPUs" in text and "teachers offload" in text and "| teachers in CPU memory per node (a copy per process) |" in text
+
+
+def test_run_specs_are_mmopd_and_the_ablations_the_config_turns_on():
+    names = lambda overrides: [s.name for s in mmopd.run_specs(load_config("smoke", overrides))]  # noqa: E731
+    off = ["ablations.mmopd_reverse_kl=false", "ablations.mmopd_single_teacher=false"]
+    assert names(off) == ["mmopd"]
+    assert names(["ablations.mmopd_reverse_kl=true", "ablations.mmopd_single_teacher=true"]) == [
+        "mmopd", "mmopd_rkl", "mmopd_single"]
+    rkl = mmopd.run_specs(load_config("smoke", ["ablations.mmopd_reverse_kl=true"]))[1]
+    assert rkl.alpha is None

@@ -566,6 +566,18 @@ def _vocab_and_width(model_dir) -> tuple[int | None, int | None]:
     return conf.get("vocab_size"), conf.get("hidden_size")
 
 
+def run_specs(cfg) -> list[DistillSpec]:
+    """The distillation runs notebook 08 makes: ``mmopd``, then the ablations the config turns on
+    (``ablations.mmopd_reverse_kl``: ``mmopd_rkl``, reverse KL only; ``ablations.mmopd_single_teacher``:
+    ``mmopd_single``)."""
+    specs = [mmopd_spec(cfg)]
+    if cfg.ablations.mmopd_reverse_kl:
+        specs.append(mmopd_spec(cfg, "mmopd_rkl", alpha=None))
+    if cfg.ablations.mmopd_single_teacher:
+        specs.append(single_teacher_spec(cfg))
+    return specs
+
+
 def specs_frame(specs: Sequence[DistillSpec]):
     """The distillation runs: student, teacher of each domain, prompt mixture, alpha."""
     import pandas as pd
