@@ -474,6 +474,7 @@ def test_hostfile_launch_on_two_local_processes(qwen3_dir, layout, tmp_path, mon
     run_once(stage, job)
     summary = json.loads((stage.path / "train_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["deepspeed_zero_stage"] == 3, summary
+    assert summary["zero3_partitioned_load"] is True, summary  # each rank loaded its shard, not a whole copy
     assert summary["multi_turn"] is True and summary["steps"] == 1
     script = (stage.path / "launch" / "deepspeed.sh").read_text()
     assert f"--hostfile {hostfile}" in script and "--deepspeed-config" in script
@@ -544,6 +545,7 @@ def test_mmopd_step_under_two_process_zero3(qwen3_dir, layout, tmp_path):
     run_once(run, job)
     summary = json.loads((run.path / "train_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["deepspeed_zero_stage"] == 3 and summary["steps"] == 1, summary
+    assert summary["zero3_partitioned_load"] is True, summary  # the student loaded as shards (zero.Init)
     log = [json.loads(line) for line in (run.path / "train_log.jsonl").read_text().splitlines()]
     step = next(r for r in log if "mmopd/reverse" in r)
     assert step["mmopd/reverse"] > 0  # the teachers scored the rows: real weights, not placeholders

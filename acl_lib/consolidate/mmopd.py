@@ -390,8 +390,10 @@ def train_mmopd(cfg, out_dir, student_dir: str, teacher_dirs: Mapping[str, str],
     tasks = prompt_tasks(cfg, mixture, cfg.mmopd.n_prompts)
     envs = {STAGE_ENV[d]: trl_env.make_env(d, cfg) for d in mixture if mixture[d] > 0}
     env_teacher = {STAGE_ENV[d]: t for d, t in teacher_of.items()}
+    # The arguments first: under ZeRO-3 they register the DeepSpeed config, so the student loads partitioned.
+    args = grpo_args(dcfg, out_dir, multi_turn=True, stop_ids=stop_token_ids(common.load_tokenizer(student_dir)))
     model, tok = common.load_model_and_tokenizer(student_dir, cfg)
-    args = grpo_args(dcfg, out_dir, multi_turn=True, stop_ids=stop_token_ids(tok))
+    zero3_loaded = common.zero3_loaded(model)
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if common.has_cuda() else torch.device("cpu")
     teachers = TeacherPool(teacher_dirs, device, cfg.mmopd.teacher_placement, dtype=cfg.model.dtype)
     rollout = trl_env.EpisodeRollout(max_new_tokens=cfg.grpo.max_new_tokens)
@@ -403,6 +405,7 @@ def train_mmopd(cfg, out_dir, student_dir: str, teacher_dirs: Mapping[str, str],
         rollout_func=rollout, teachers=teachers, teacher_of=env_teacher, alpha=alpha, top_q=cfg.mmopd.top_q,
         forward_weight=cfg.mmopd.forward_weight, chunk_tokens=cfg.mmopd.chunk_tokens,
     )
+    trainer.acl_zero3_loaded = zero3_loaded
     common.show_progress(trainer, "mmopd")
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=common.last_checkpoint(out_dir))

@@ -93,11 +93,20 @@ def load_model_and_tokenizer(path_or_hub_id: str | Path, dtype: str = "float32")
     """Load ``(model, tokenizer)`` from a directory written by ``save`` or from a hub id.
 
     ``dtype``: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (the profile's ``model.dtype``).
+    Under a DeepSpeed ZeRO-3 config already in effect (a trainer's arguments made first: transformers then loads
+    through ``deepspeed.zero.Init``) each rank holds only its shard of the weights, never a whole copy.
     """
-    tokenizer = AutoTokenizer.from_pretrained(str(path_or_hub_id))
+    tokenizer = load_tokenizer(path_or_hub_id)
     model = AutoModelForCausalLM.from_pretrained(str(path_or_hub_id), dtype=getattr(torch, dtype))
     apply_chat_convention(model, tokenizer)
     return model, tokenizer
+
+
+def load_tokenizer(path_or_hub_id: str | Path) -> PreTrainedTokenizerBase:
+    """The tokenizer of a checkpoint, with the chat conventions the trainers rely on (``apply_chat_convention``)."""
+    tokenizer = AutoTokenizer.from_pretrained(str(path_or_hub_id))
+    apply_chat_convention(None, tokenizer)
+    return tokenizer
 
 
 def save(model, tokenizer: PreTrainedTokenizerBase, directory: str | Path) -> Path:

@@ -307,6 +307,8 @@ def distributed_info(trainer) -> dict:
         "device": str(trainer.args.device),
         "deepspeed_zero_stage": ds.config["zero_optimization"]["stage"] if ds is not None else None,
         "bf16": bool(trainer.args.bf16),
+        # ZeRO-3: whether the weights were loaded partitioned (zero.Init) rather than whole on every rank
+        "zero3_partitioned_load": getattr(trainer, "acl_zero3_loaded", None),
     }
 
 
@@ -333,10 +335,27 @@ def save_final_model(trainer, tokenizer, out_dir, rel: str = "model") -> Path:
 
 def load_model_and_tokenizer(model_dir: str | Path, cfg=None):
     """``(model, tokenizer)`` from a saved directory or hub id, in ``cfg.model.dtype``, with the chat
-    conventions the trainers rely on (eos ``<|im_end|>``, left padding, response template)."""
+    conventions the trainers rely on (eos ``<|im_end|>``, left padding, response template).
+
+    A trainer's arguments must exist before this is called under DeepSpeed ZeRO-3 (``TrainingArguments``
+    registers the DeepSpeed config): the weights then load partitioned (``deepspeed.zero.Init``) instead of a
+    whole copy in every rank's host memory (16 GB a rank for an 8B model in bf16). ``zero3_loaded`` says which.
+    """
     from acl_lib.model.build import load_model_and_tokenizer as load  # torch and transformers: loaded with a model
 
     return load(model_dir, dtype=cfg.model.dtype if cfg is not None else "float32")
+
+
+def load_tokenizer(model_dir: str | Path):
+    """The tokenizer alone (``load_model_and_tokenizer``'s), to build a trainer's arguments before its model."""
+    from acl_lib.model.build import load_tokenizer as load
+
+    return load(model_dir)
+
+
+def zero3_loaded(model) -> bool:
+    """Whether ``model``'s weights were loaded partitioned by ZeRO-3 (each parameter a DeepSpeed shard)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
 
 
 def write_summary(trainer, out_dir, summary: dict) -> dict:

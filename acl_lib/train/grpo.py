@@ -91,29 +91,34 @@ def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks
     # On CPU each group's prompt is encoded once in the loss (shared_prompt); vLLM runs keep TRL's trainer as it is.
     GRPOTrainer = GRPOTrainer if cfg.grpo.use_vllm else trainer_class()  # noqa: N806
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func / environment_factory are "experimental"
+    if model is not None and tokenizer is None:
+        raise ValueError("build_trainer: a loaded model needs its tokenizer")
+    tok = tokenizer if tokenizer is not None else common.load_tokenizer(model_dir)
+    multi = trl_env.is_multi_turn(tasks)
+    # The arguments first: under ZeRO-3 they register the DeepSpeed config, so the model loads partitioned.
+    args = grpo_args(cfg, out_dir, multi_turn=multi, stop_ids=stop_token_ids(tok))
     if model is None:
         model, tok = common.load_model_and_tokenizer(model_dir, cfg)
-    elif tokenizer is None:
-        raise ValueError("build_trainer: a loaded model needs its tokenizer")
-    else:
-        tok = tokenizer
-    multi = trl_env.is_multi_turn(tasks)
-    args = grpo_args(cfg, out_dir, multi_turn=multi, stop_ids=stop_token_ids(tok))
+    zero3_loaded = common.zero3_loaded(model)
     data = trl_env.grpo_dataset(tasks)
     if multi:
         max_turns = cfg.grpo.max_turns
         rollout = trl_env.EpisodeRollout(policy, max_new_tokens=cfg.grpo.max_new_tokens)
         rollout.chat_template(tok)  # a template rollouts cannot render with fails here, before any step
-        return GRPOTrainer(
+        trainer = GRPOTrainer(
             model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
             environment_factory=trl_env.environment_factory(env, max_turns), rollout_func=rollout, **trainer_kw,
         )
-    # On CPU the suite's engine samples the completions (each prompt encoded once for its group); vLLM keeps TRL's.
-    rollout = {} if cfg.grpo.use_vllm else {"rollout_func": trl_env.SingleTurnRollout()}
-    return GRPOTrainer(
-        model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
-        reward_funcs=[trl_env.EpisodeReward(env, tok)], **rollout, **trainer_kw,
-    )
+    else:
+        # On CPU the suite's engine samples the completions (each prompt encoded once for its group); vLLM keeps
+        # TRL's.
+        rollout = {} if cfg.grpo.use_vllm else {"rollout_func": trl_env.SingleTurnRollout()}
+        trainer = GRPOTrainer(
+            model=model, args=args, train_dataset=data, processing_class=tok, callbacks=list(callbacks),
+            reward_funcs=[trl_env.EpisodeReward(env, tok)], **rollout, **trainer_kw,
+        )
+    trainer.acl_zero3_loaded = zero3_loaded
+    return trainer
 
 
 def train_grpo(cfg, model_dir: str | Path, domain: str, out_dir: str | Path, env=None, tasks=None) -> dict:

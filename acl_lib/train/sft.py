@@ -254,12 +254,16 @@ def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_
     rows = read_rows(dataset)
     if not rows:
         raise ValueError("no SFT rows: rejection sampling kept nothing")
+    steps = sft_steps(cfg.sft, len(rows))
+    # The arguments first: under ZeRO-3 they register the DeepSpeed config, so the model loads partitioned.
+    args = sft_args(cfg, out_dir, sequential, by_length, max_steps=steps)
     model, tok = common.load_model_and_tokenizer(model_dir, cfg)
+    zero3_loaded = common.zero3_loaded(model)
     log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "sft"})
     cls = _prefix_shared_trainer() if cfg.sft.share_prefix else SFTTrainer
-    steps = sft_steps(cfg.sft, len(rows))
-    trainer = cls(model=model, args=sft_args(cfg, out_dir, sequential, by_length, max_steps=steps),
-                  train_dataset=Dataset.from_list(rows), processing_class=tok, callbacks=[log])
+    trainer = cls(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                  callbacks=[log])
+    trainer.acl_zero3_loaded = zero3_loaded
     common.show_progress(trainer, "sft")
     if len(trainer.train_dataset) == 0:  # TRL drops rows whose assistant turns were all cut off
         raise ValueError(f"all {len(rows)} SFT conversations lost every assistant token to truncation at "
