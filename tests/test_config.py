@@ -125,3 +125,13 @@ def test_mini_stages_train_on_the_episodes_their_benchmark_scores():
             assert (stage.grpo.max_turns, stage.grpo.max_new_tokens) == (turns, tokens), domain
         else:  # single-turn: one completion
             assert stage.grpo.max_completion_length == tokens, domain
+
+
+@pytest.mark.parametrize("key", ["pretrain.midtrain_demos", "pretrain.mix", "pipeline.stage_overrides",
+                                 "pipeline.cold_start", "mmopd.mixture", "sdft.mixture", "mle.stage_overrides",
+                                 "ablations.sdft_mixture"])
+def test_every_per_domain_setting_rejects_an_unknown_domain_with_one_message(key):
+    value = {"pipeline.stage_overrides": "{maths: []}", "mle.stage_overrides": "{maths: []}",
+             "pipeline.cold_start": "{maths: true}", "pretrain.midtrain_demos": "{maths: 1}"}.get(key, "{maths: 1.0}")
+    with pytest.raises(ConfigError, match=r"unknown domain\(s\) \['maths'\]; domains are \['math', 'search'"):
+        load_config("smoke", [f"{key}={value}"])

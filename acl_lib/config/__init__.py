@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from acl_lib import domains
-from acl_lib.config.base import DOMAINS, ConfigError, _Section, _strict
+from acl_lib.config.base import DOMAINS, ConfigError, _Section, _strict, check_domains
 from acl_lib.config.consolidation import (
     AblationsConfig,
     DiagnosticsConfig,
@@ -131,9 +131,7 @@ class PretrainConfig(_Section):
     @field_validator("midtrain_demos")
     @classmethod
     def _check_midtrain_demos(cls, v: dict[str, int]) -> dict[str, int]:
-        bad = [d for d in v if d not in DOMAINS]
-        if bad:
-            raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+        check_domains(v)
         if any(n < 0 for n in v.values()):
             raise ValueError(f"midtrain_demos must be >= 0 per domain, got {v}")
         return v
@@ -141,9 +139,7 @@ class PretrainConfig(_Section):
     @field_validator("mix")
     @classmethod
     def _check_mix(cls, v: dict[str, float]) -> dict[str, float]:
-        bad = [d for d in v if d not in DOMAINS]
-        if bad:
-            raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+        check_domains(v)
         if any(x < 0 for x in v.values()) or sum(v.values()) <= 0:
             raise ValueError(f"mix shares must be >= 0 with a positive sum, got {v}")
         return v
@@ -466,9 +462,7 @@ class PipelineConfig(_Section):
     @field_validator("stage_overrides")
     @classmethod
     def _check_stage_overrides(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
-        bad = [d for d in v if d not in DOMAINS]
-        if bad:
-            raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+        check_domains(v)
         for d, items in v.items():
             for item in items:
                 key = parse_override(item)[0]
@@ -481,9 +475,7 @@ class PipelineConfig(_Section):
     @field_validator("cold_start")
     @classmethod
     def _check_cold_start(cls, v: dict[str, bool]) -> dict[str, bool]:
-        bad = [d for d in v if d not in DOMAINS]
-        if bad:
-            raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+        check_domains(v)
         return v
 
 

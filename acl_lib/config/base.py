@@ -12,6 +12,14 @@ from acl_lib import domains
 DOMAINS = domains.ORDER  # the training stages, in the study's order (acl_lib.domains)
 
 
+def check_domains(v: dict) -> dict:
+    """A per-domain setting's keys must be domains (``DOMAINS``): the validators of every such field call this."""
+    bad = [d for d in v if d not in DOMAINS]
+    if bad:
+        raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+    return v
+
+
 class ConfigError(ValueError):
     """A bad configuration: raised before any compute."""
 
