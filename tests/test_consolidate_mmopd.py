@@ -237,15 +237,28 @@ def test_memory_plan_written_beside_the_job(tmp_path, base_dir):
     chunk = cfg.mmopd.chunk_tokens
     assert full["divergence_gib_per_gpu"] == pytest.approx(mmopd.DIVERGENCE_COPIES * chunk * 151_936 * 4 / 2**30)
     assert full["teachers_gib_per_gpu"] == pytest.approx((8.19e9 + 3 * 151_936 * 4096) * 2 / 2**30)
+    # ZeRO-3's gather buffers (the shipped config's 1e9 live parameters and the prefetch bucket, bf16) and the
+    # colocated vLLM engine, awake through a multi-turn rollout (TRL's 0.3 of the GPU)
+    assert full["zero3_gather_gib_per_gpu"] == pytest.approx(2 * (1e9 + 0.9 * 4096**2) / 2**30)
+    assert cfg.grpo.use_vllm and full["vllm_gib_per_gpu"] == pytest.approx(0.3 * cfg.launcher.gpu_memory_gib)
     assert full["total_gib_per_gpu"] == pytest.approx(full["student_gib_per_gpu"] + full["teachers_gib_per_gpu"]
-                                                      + full["divergence_gib_per_gpu"])
+                                                      + full["divergence_gib_per_gpu"]
+                                                      + full["zero3_gather_gib_per_gpu"] + full["vllm_gib_per_gpu"])
+    # host memory per node: the offloaded teachers' copies and the student, loaded partitioned under ZeRO-3
+    assert full["student_cpu_gib_per_node"] == pytest.approx(cfg.launcher.num_processes * 2 * 8.19e9 / gpus / 2**30)
+    assert full["host_gib_per_node"] == pytest.approx(full["teachers_cpu_gib_per_node"]
+                                                      + full["student_cpu_gib_per_node"])
+    zero2 = mmopd.memory_plan(load_config("paper", ["launcher.zero_stage=2"]), 8_190_000_000, 4, 151_936, 4096)
+    assert zero2["zero3_gather_gib_per_gpu"] == 0.0  # a whole copy per process instead:
+    assert zero2["student_cpu_gib_per_node"] == pytest.approx(cfg.launcher.num_processes * 2 * 8.19e9 / 2**30)
     path = mmopd.write_memory_plan(cfg, tmp_path / "job", base_dir, 4)
     text = path.read_text()
     n = checkpoint_parameter_count(base_dir)
     assert json.loads((path.parent / "memory_plan.json").read_text())["n_params"] == n
     assert "| divergence, " in text and json.loads((path.parent / "memory_plan.json").read_text())[
         "divergence_gib_per_gpu"] > 0
-    assert f"{gpus} GPUs" in text and "teachers offload" in text and "| teachers in CPU memory per node (a copy per process) |" in text
+    assert f"{gpus} GPUs" in text and "teachers offload" in text
+    assert "| teachers in CPU memory per node (a copy per process) |" in text and "| host memory per node" in text
 
 
 def test_run_specs_are_mmopd_and_the_ablations_the_config_turns_on():
@@ -256,3 +269,15 @@ def test_run_specs_are_mmopd_and_the_ablations_the_config_turns_on():
         "mmopd", "mmopd_rkl", "mmopd_single"]
     rkl = mmopd.run_specs(load_config("smoke", ["ablations.mmopd_reverse_kl=true"]))[1]
     assert rkl.alpha is None
+
+
+def test_distillation_skips_the_importance_sampling_forward_it_never_reads(tmp_path):
+    """Under vLLM TRL runs a whole no-grad forward of the student every step for its importance-sampling
+    correction (``vllm_importance_sampling_correction``, on by default); the distillation loss does not use it."""
+    from acl_lib.train.grpo import grpo_args
+
+    cfg = load_config("smoke", [f"output_dir={tmp_path}", "grpo.use_vllm=true"])
+    dcfg = mmopd.distill_cfg(cfg)
+    assert grpo_args(dcfg, tmp_path, multi_turn=True).vllm_importance_sampling_correction is True  # TRL's default
+    args = mmopd.distill_args(dcfg, tmp_path, [1])
+    assert args.use_vllm and args.vllm_importance_sampling_correction is False

@@ -7,13 +7,11 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from acl_lib.config.base import DOMAINS, _Section
+from acl_lib.config.base import DOMAINS, _Section, check_domains
 
 
 def _check_mixture(v: dict[str, float]) -> dict[str, float]:
-    bad = [d for d in v if d not in DOMAINS]
-    if bad:
-        raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+    check_domains(v)
     if any(w < 0 for w in v.values()) or not sum(v.values()) > 0:
         raise ValueError(f"mixture weights must be >= 0 with a positive sum, got {v}")
     return v
@@ -110,9 +108,7 @@ class MLEConfig(_Section):
     @field_validator("stage_overrides")
     @classmethod
     def _check_overrides(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
-        bad = [d for d in v if d not in DOMAINS]
-        if bad:
-            raise ValueError(f"unknown domain(s) {bad}; domains are {list(DOMAINS)}")
+        check_domains(v)
         return v
 
 
@@ -142,6 +138,8 @@ class LauncherConfig(_Section):
     master_port: int = Field(0, ge=0, le=65535)
     slurm_partition: str = ""
     slurm_time: str = "48:00:00"
+    # One GPU's memory, for the memory plans (MMOPD's: the colocated vLLM engine takes TRL's 0.3 of it).
+    gpu_memory_gib: float = Field(80.0, gt=0)
 
 
 class MergeConfig(_Section):

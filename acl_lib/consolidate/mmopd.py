@@ -376,6 +376,16 @@ def distill_cfg(cfg):
     return cfg.model_copy(update={"grpo": grpo})
 
 
+def distill_args(dcfg, out_dir, stop_ids):
+    """The ``GRPOConfig`` of a distillation job (``grpo_args`` of ``distill_cfg``'s settings, multi-turn), with
+    vLLM's importance-sampling correction off: TRL computes it with a whole no-grad forward of the student over the
+    batch at every step (the "old" log-probabilities), and the distillation loss never reads it (it compares the
+    student with its teachers on the student's own samples)."""
+    args = grpo_args(dcfg, out_dir, multi_turn=True, stop_ids=stop_ids)
+    args.vllm_importance_sampling_correction = False
+    return args
+
+
 def train_mmopd(cfg, out_dir, student_dir: str, teacher_dirs: Mapping[str, str], teacher_of: Mapping[str, str],
                 mixture: Mapping[str, float], alpha: float | None = None, **_ignored) -> dict:
     """Distil into ``<out_dir>/model`` (the launcher's job ``mmopd``; arguments JSON-serialisable). ``teacher_dirs``:
@@ -391,7 +401,7 @@ def train_mmopd(cfg, out_dir, student_dir: str, teacher_dirs: Mapping[str, str],
     envs = {STAGE_ENV[d]: trl_env.make_env(d, cfg) for d in mixture if mixture[d] > 0}
     env_teacher = {STAGE_ENV[d]: t for d, t in teacher_of.items()}
     # The arguments first: under ZeRO-3 they register the DeepSpeed config, so the student loads partitioned.
-    args = grpo_args(dcfg, out_dir, multi_turn=True, stop_ids=stop_token_ids(common.load_tokenizer(student_dir)))
+    args = distill_args(dcfg, out_dir, stop_token_ids(common.load_tokenizer(student_dir)))
     model, tok = common.load_model_and_tokenizer(student_dir, cfg)
     zero3_loaded = common.zero3_loaded(model)
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if common.has_cuda() else torch.device("cpu")
@@ -520,22 +530,35 @@ DIVERGENCE_COPIES = 8  # float32 (chunk x vocabulary) tensors alive at once in a
 # heads' logits, both log-softmaxes, p and q, the reverse-KL product and its gradient
 
 
+VLLM_GPU_FRACTION = 0.3  # TRL's GRPOConfig.vllm_gpu_memory_utilization default: the colocated engine's share
+
+
 def memory_plan(cfg, n_params: int, n_teachers: int = 4, vocab_size: int | None = None,
                 hidden_size: int | None = None) -> dict:
-    """Per-GPU memory of one student and ``n_teachers`` teachers of ``n_params`` parameters each, for
-    ``cfg.launcher`` (GPUs = nodes x processes) and ``cfg.mmopd.teacher_placement``; GiB, weights and optimizer
-    state only (activations, KV caches and the vLLM engine come on top).
+    """Per-GPU and per-node memory of one student and ``n_teachers`` teachers of ``n_params`` parameters each,
+    for ``cfg.launcher`` (GPUs = nodes x processes) and ``cfg.mmopd.teacher_placement``; GiB. Activations and the
+    KV cache of the student's own passes come on top (they depend on the sequence lengths).
 
-    Student under ZeRO-3: bf16 weights and gradients, fp32 master weights and Adam moments (16 bytes per parameter),
-    sharded over every GPU. Resident teachers: bf16 weights, whole on every GPU (each rank holds its own
+    GPU: the student under ZeRO-3, bf16 weights and gradients, fp32 master weights and Adam moments (16 bytes per
+    parameter) sharded over every GPU, and ZeRO-3's gather buffers (the parameters gathered at once for a forward,
+    at most ``stage3_max_live_parameters`` of the shipped config, in bf16, and the prefetch bucket, transformers'
+    ``auto``: 0.9 x hidden^2). Resident teachers: bf16 weights, whole on every GPU (each rank holds its own
     ``TeacherPool``, loaded outside ZeRO-3). Offloaded teachers: bf16 weights in CPU memory, a copy per process,
     one teacher whole on the GPU while its rows are scored, and every teacher's head kept there (the chunked loss's
     backward recomputes teacher logits). With ``vocab_size`` and ``hidden_size``: the divergence's working memory,
     ``DIVERGENCE_COPIES`` float32 (``mmopd.chunk_tokens`` x vocabulary) tensors (``chunked_hybrid_kl``), and those
-    teacher heads."""
+    teacher heads. With vLLM rollouts (``grpo.use_vllm``): the colocated engine, awake for the whole multi-turn
+    rollout (``grpo.vllm_kwargs``), holds ``VLLM_GPU_FRACTION`` of a GPU's ``launcher.gpu_memory_gib`` (its
+    weights and KV cache).
+
+    Host, per node: the offloaded teachers (a copy per process) and the student as each process loads it: its
+    ZeRO-3 shard in bf16 (the trainer's arguments are made first, so transformers loads through ``zero.Init``;
+    ``train_summary.json``'s ``zero3_partitioned_load`` says whether it did), a whole bf16 copy per process
+    otherwise."""
     gib = 1024**3
     gpus = cfg.launcher.num_nodes * cfg.launcher.num_processes
-    student = 16 * n_params / (gpus if cfg.launcher.zero_stage == 3 else 1) / gib
+    zero3 = cfg.launcher.zero_stage == 3
+    student = 16 * n_params / (gpus if zero3 else 1) / gib
     one_teacher = 2 * n_params / gib
     if cfg.mmopd.teacher_placement == "resident":
         teachers_gpu = n_teachers * one_teacher
@@ -543,15 +566,32 @@ def memory_plan(cfg, n_params: int, n_teachers: int = 4, vocab_size: int | None 
     else:
         teachers_gpu = one_teacher
         cpu = cfg.launcher.num_processes * n_teachers * one_teacher
-    divergence = heads = 0.0
+    student_host = cfg.launcher.num_processes * 2 * n_params / (gpus if zero3 else 1) / gib
+    divergence = heads = gather = 0.0
     if vocab_size and hidden_size:
         divergence = DIVERGENCE_COPIES * cfg.mmopd.chunk_tokens * vocab_size * 4 / gib
         if cfg.mmopd.teacher_placement == "offload":
             heads = (n_teachers - 1) * 2 * vocab_size * hidden_size / gib  # the routed one's is in one_teacher
+        if zero3:
+            zero = _zero3_settings(cfg)
+            live = min(float(zero.get("stage3_max_live_parameters", n_params)), n_params)
+            gather = 2 * (live + 0.9 * hidden_size**2) / gib
+    gpu_gib = cfg.launcher.gpu_memory_gib
+    vllm = VLLM_GPU_FRACTION * gpu_gib if cfg.grpo.use_vllm else 0.0
+    total = student + teachers_gpu + heads + divergence + gather + vllm
     return {"gpus": gpus, "zero_stage": cfg.launcher.zero_stage, "placement": cfg.mmopd.teacher_placement,
             "n_params": n_params, "student_gib_per_gpu": student, "teachers_gib_per_gpu": teachers_gpu + heads,
             "divergence_gib_per_gpu": divergence, "chunk_tokens": cfg.mmopd.chunk_tokens,
-            "total_gib_per_gpu": student + teachers_gpu + heads + divergence, "teachers_cpu_gib_per_node": cpu}
+            "zero3_gather_gib_per_gpu": gather, "vllm_gib_per_gpu": vllm, "gpu_gib": gpu_gib,
+            "total_gib_per_gpu": total, "teachers_cpu_gib_per_node": cpu,
+            "student_cpu_gib_per_node": student_host, "host_gib_per_node": cpu + student_host}
+
+
+def _zero3_settings(cfg) -> dict:
+    """The ``zero_optimization`` section of the DeepSpeed config the launcher ships for ``cfg.launcher``."""
+    from acl_lib.train.launcher import deepspeed_config
+
+    return json.loads(deepspeed_config(cfg).read_text()).get("zero_optimization", {})
 
 
 def memory_plan_for(cfg, n_teachers: int = 4) -> dict:
@@ -612,8 +652,15 @@ def render_memory_plan(plan: Mapping) -> str:
         f"| teachers per GPU | {plan['teachers_gib_per_gpu']:.3g} |",
         f"| divergence, {plan.get('chunk_tokens', '?')} positions at a time (float32 logits of both heads) | "
         f"{plan.get('divergence_gib_per_gpu', 0.0):.3g} |",
-        f"| total per GPU (before activations, KV cache, vLLM) | {plan['total_gib_per_gpu']:.3g} |",
+        f"| ZeRO-3 gather buffers (live parameters and prefetch bucket, bf16) | "
+        f"{plan.get('zero3_gather_gib_per_gpu', 0.0):.3g} |",
+        f"| colocated vLLM engine, awake through a multi-turn rollout ({VLLM_GPU_FRACTION:g} of "
+        f"{plan.get('gpu_gib', 80.0):g} GiB) | {plan.get('vllm_gib_per_gpu', 0.0):.3g} |",
+        f"| total per GPU (before the student's activations and KV cache) | {plan['total_gib_per_gpu']:.3g} |",
         f"| teachers in CPU memory per node (a copy per process) | {plan['teachers_cpu_gib_per_node']:.3g} |",
+        f"| student in CPU memory per node while loading (ZeRO-3: each process its shard) | "
+        f"{plan.get('student_cpu_gib_per_node', 0.0):.3g} |",
+        f"| host memory per node, in all | {plan.get('host_gib_per_node', plan['teachers_cpu_gib_per_node']):.3g} |",
         "",
     ])
 

@@ -340,9 +340,18 @@ def load_model_and_tokenizer(model_dir: str | Path, cfg=None):
     A trainer's arguments must exist before this is called under DeepSpeed ZeRO-3 (``TrainingArguments``
     registers the DeepSpeed config): the weights then load partitioned (``deepspeed.zero.Init``) instead of a
     whole copy in every rank's host memory (16 GB a rank for an 8B model in bf16). ``zero3_loaded`` says which.
+    ``zero.Init`` reads the world size from DeepSpeed's own communication layer, which is set up by
+    ``deepspeed.init_distributed`` only (torch's process group, which accelerate starts, is not enough: without it
+    DeepSpeed sees one process and fails its batch-size check), so that is called first.
     """
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
     from acl_lib.model.build import load_model_and_tokenizer as load  # torch and transformers: loaded with a model
 
+    if is_deepspeed_zero3_enabled():
+        import deepspeed
+
+        deepspeed.init_distributed()  # a no-op when DeepSpeed's layer is up; joins torch's group when that is
     return load(model_dir, dtype=cfg.model.dtype if cfg is not None else "float32")
 
 
