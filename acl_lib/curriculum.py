@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from acl_lib import domains, pipeline
 from acl_lib.config import load_config
 from acl_lib.envs import IN_DOMAIN
+from acl_lib.steps import made_by
 from acl_lib.views import load_scores, md_table
 
 STUDY_ORDER = list(domains.ORDER)  # the study's curriculum
@@ -52,7 +53,7 @@ def run_order(cfg) -> list:
     """Train and evaluate every stage of ``cfg``'s curriculum in order (complete ones skipped); the runs."""
     base = pipeline.base_run(cfg)
     if not base.is_complete():
-        raise RuntimeError(f"the orders start from the complete base run ({base.path}); run notebook 00 first")
+        raise RuntimeError(f"the orders start from the complete base run ({base.path}); run {made_by('base')} first")
     return [pipeline.run_sequential_stage(cfg, i) for i in range(1, len(cfg.pipeline.curriculum) + 1)]
 
 

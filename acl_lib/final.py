@@ -56,6 +56,7 @@ from acl_lib.noise import (
     samples_per_task,
 )
 from acl_lib.pipeline import checkpoint_names
+from acl_lib.steps import from_seq_final, notebook_of
 from acl_lib.views import paper_results, trajectory_figure
 
 BENCH_ORDER = list(BENCHMARKS)
@@ -127,7 +128,7 @@ class FinalData:
 
     def row(self, run: str) -> dict[int, dict[str, float]]:
         """Per-seed scores of a run; ``seq_final`` is the last stage."""
-        return self.scores.get(self.final_run if run == "seq_final" else run, {})
+        return self.scores.get(from_seq_final(run, self.final_run), {})
 
     def has(self, run: str) -> bool:
         return bool(self.row(run))
@@ -136,7 +137,7 @@ class FinalData:
         return summarize([s.get(benchmark) for s in self.row(run).values()])[0]
 
     def _name(self, run: str) -> str:
-        return self.final_run if run == "seq_final" else run
+        return from_seq_final(run, self.final_run)
 
     def task_counts(self, run: str, seed: int, benchmark: str) -> TaskCounts | None:
         """The per-task pass counts of a run's score at a seed (its evaluation's ``records/<benchmark>.jsonl``),
@@ -412,34 +413,9 @@ def missing_frame(data: FinalData):
 
     rows = []
     for what, seeds in data.missing.items():
-        rows.append({"missing": what, "seeds": ", ".join(map(str, seeds)), "written by": written_by(what),
+        rows.append({"missing": what, "seeds": ", ".join(map(str, seeds)), "written by": notebook_of(what),
                      "present for": ", ".join(str(s) for s in data.seeds if s not in seeds) or "none"})
     return pd.DataFrame(rows, columns=["missing", "seeds", "present for", "written by"]).set_index("missing")
-
-
-def written_by(what: str) -> str:
-    """The notebook that writes a run or a diagnostics file (for the missing list)."""
-    if what == "base":
-        return "00"
-    if what.startswith("seq_") or what.startswith("seq"):
-        return "01-04"
-    if what.startswith("oracle_"):
-        return "05"
-    if what in ("diagnostics/weights.json", "diagnostics/cl_metrics.json"):
-        return "06"
-    if what == "diagnostics/tokens.json":
-        return "07"
-    if what == UPDATE_DIRECTIONS:
-        return "09"
-    if what.startswith("mmopd"):
-        return "08"
-    if what.startswith("sdft"):
-        return "09"
-    if what.startswith("merge_"):
-        return "10"
-    if what.startswith("mle"):
-        return "11"
-    return ""
 
 
 CL_KEYS = [("average_accuracy", "average accuracy"), ("backward_transfer", "backward transfer"),

@@ -33,6 +33,7 @@ from acl_lib.final import FinalData
 from acl_lib.pipeline import checkpoint_names
 from acl_lib.progress import fmt_duration
 from acl_lib.runs import CONFIG, SUPERSEDED
+from acl_lib.steps import SEQ_FINAL, as_seq_final, made_by
 from acl_lib.views import (
     BENCH_ORDER,
     completion_records,
@@ -372,7 +373,8 @@ def seeds_reading(data: FinalData, rows: list[dict] | None = None) -> str:
     the verdicts of the findings (``rows``: :func:`acl_lib.findings.judge`'s, judged here when not given) and the
     in-domain means of ``seq_final`` and the consolidations. Means over the seeds that have each run."""
     if not data.has(data.final_run):
-        return "*The sequence has not been scored for any seed yet: run notebooks 00-04 first.*"
+        return (f"*The sequence has not been scored for any seed yet: run {made_by('base')} and "
+                f"{made_by(SEQ_FINAL)} first.*")
     lifts = final.lifts_frame(data)
     kinds = [("stage", [r for r in lifts.index if not r.startswith("oracle_")]),
              ("oracle, over the base,", [r for r in lifts.index if r.startswith("oracle_")])]
@@ -491,7 +493,7 @@ def regime_markdown(data: FinalData, seed_dir: Path, rows: list[dict] | None = N
     theirs = {
         "the base": " / ".join(num((study.get("sequential", {}).get("base") or {}).get(b)) for b in ids),
         "consolidations, in-domain mean": means(lambda run, b: (study_main.get(
-            "seq_final" if run == data.final_run else run) or {}).get(b)),
+            as_seq_final(run, data.final_run)) or {}).get(b)),
         "MLE against the oracles": rows["F7"]["study"],
         **REGIME_STUDY,
     }

@@ -220,7 +220,7 @@ def test_missing_checkpoint_is_named(smoke_cfg):
     assert spec.name == "merge_uniform" and spec.weights == (0.25,) * 4
     with pytest.raises(RuntimeError, match=r"missing base .*notebook 00.*seq_math .*01-04"):
         merging.run_merge(smoke_cfg, spec)
-    with pytest.raises(RuntimeError, match="oracle_math.*05_oracles"):
+    with pytest.raises(RuntimeError, match=r"oracle_math .*notebook 05 \(the oracles\)"):
         merging.run_validation_search(smoke_cfg, spec.sources, [0.5], 2)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from acl_lib import pipeline
 from acl_lib.config import setting_text
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
+from acl_lib.steps import SEQ_FINAL, as_seq_final, made_by
 from acl_lib.views import load_scores, load_standard_errors, scores_frame
 
 OTHER_CONSOLIDATIONS = ("mmopd", "sdft")  # the distillations (notebooks 08, 09)
@@ -29,14 +30,14 @@ def comparison_scores(cfg, runs: Sequence[str], oracles: bool = True) -> dict[st
     took whatever other consolidation was already scored would depend on the schedule. Every consolidation is
     beside every other in the final tables (notebook 12), which run after every seed's notebooks."""
     final, names = _comparison_rows(cfg, runs, oracles)
-    return {("seq_final" if n == final else n): s for n, s in load_scores(cfg.seed_dir(), names).items()}
+    return {as_seq_final(n, final): s for n, s in load_scores(cfg.seed_dir(), names).items()}
 
 
 def comparison_standard_errors(cfg, runs: Sequence[str], oracles: bool = True) -> dict[str, dict[str, float | None]]:
     """The standard error (points) of each score :func:`comparison_scores` reads, rows named alike (clustered by
     task from the runs' records, the binomial fallback without them: :func:`acl_lib.views.load_standard_errors`)."""
     final, names = _comparison_rows(cfg, runs, oracles)
-    return {("seq_final" if n == final else n): s for n, s in load_standard_errors(cfg.seed_dir(), names).items()}
+    return {as_seq_final(n, final): s for n, s in load_standard_errors(cfg.seed_dir(), names).items()}
 
 
 def comparison_frame(scores: Mapping[str, Mapping[str, float]], study: Mapping[str, Mapping],
@@ -117,7 +118,7 @@ def merge_reading(scores: Mapping[str, Mapping[str, float]], merges: Sequence[st
     """Which domain each merge wins and loses against ``seq_final`` (in-domain benchmarks, then OOD), and the
     study's F6 / F8 checked on these rows. Markdown; every number comes from ``scores``."""
     if "seq_final" not in scores:
-        return "No `seq_final` evaluation yet: run notebooks 01-04 first."
+        return f"No `seq_final` evaluation yet: run {made_by(SEQ_FINAL)} first."
     final = scores["seq_final"]
     lines = []
     domains = list(IN_DOMAIN)

@@ -49,6 +49,7 @@ from acl_lib.model.checkpoint_files import TensorReaders, resolve_model_dir, saf
 from acl_lib.processes import call_in_child
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
+from acl_lib.steps import require_complete
 
 METHODS = ("task_arithmetic", "ties", "dare")
 VALIDATION_SPLIT = "train"  # no world has a validation split: held-out draws of the training split (module docstring)
@@ -326,10 +327,6 @@ def checkpoint_runs(cfg) -> dict:
     return runs
 
 
-def _made_by(name: str) -> str:
-    return "05_oracles" if name.startswith("oracle_") else "01-04 (the sequential stages)"
-
-
 def _complete_inputs(cfg, names: Sequence[str]) -> list:
     """The base run and the runs ``names``, each complete, or a RuntimeError naming what is missing."""
     known = checkpoint_runs(cfg)
@@ -337,11 +334,7 @@ def _complete_inputs(cfg, names: Sequence[str]) -> list:
     if unknown:
         raise ValueError(f"cannot merge {unknown}: not a checkpoint of this pipeline (known: {list(known)})")
     runs = [pipeline.base_run(cfg)] + [known[n] for n in names]
-    missing = [r for r in runs if not r.is_complete()]
-    if missing:
-        lines = "; ".join(f"{r.name} ({r.status()}, {r.path}; made by notebook "
-                          f"{'00' if r.name == 'base' else _made_by(r.name)})" for r in missing)
-        raise RuntimeError(f"merging needs complete checkpoints: missing {lines}")
+    require_complete(runs, "merging")
     return runs
 
 

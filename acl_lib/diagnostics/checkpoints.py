@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from acl_lib import pipeline
+from acl_lib.steps import notebook_of
 
 SFT_MODEL = "checkpoints/sft/model"  # acl_lib.train.stage.SFT_DIR + "/model": the cold start's model
 
@@ -56,8 +57,8 @@ class CheckpointSet:
         """DataFrame of the checkpoints this seed directory lacks (run name, status, the notebook that makes it)."""
         import pandas as pd
 
-        made_by = {"base": "00", "seq": "01-04", "oracle": "05", "extra": "-"}
-        rows = [{"checkpoint": c.name, "status": c.status, "made by notebook": made_by[c.kind]} for c in self.missing()]
+        rows = [{"checkpoint": c.name, "status": c.status, "made by notebook": notebook_of(c.name) or "-"}
+                for c in self.missing()]
         return pd.DataFrame(rows, columns=["checkpoint", "status", "made by notebook"]).set_index("checkpoint")
 
 

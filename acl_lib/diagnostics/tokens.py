@@ -43,6 +43,7 @@ from acl_lib.envs import BENCHMARKS, IN_DOMAIN
 from acl_lib.eval.harness import benchmark_size, eval_device, world
 from acl_lib.pipeline import sequential_run
 from acl_lib.runs import Run, run_once
+from acl_lib.steps import stage_notebook
 
 REFERENCE_RUN = "diagnostics/reference"
 ROLLOUTS = "rollouts.jsonl"
@@ -72,12 +73,12 @@ def build_reference(cfg, n_per_benchmark: int, benchmarks: list[str] | None = No
     source = reference_source(cfg)
     if not source.is_complete():
         raise FileNotFoundError(f"the reference rollouts are {source.name}'s: that run is not complete "
-                                f"({source.path}); run notebook 01 first")
+                                f"({source.path}); run {stage_notebook(1)} first")
     records = source.path / "eval" / "records"
     absent = [b for b in benchmarks if not (records / f"{b}.jsonl").is_file()]
     if absent:
         raise FileNotFoundError(f"no evaluation records of {source.name} for {absent} in {records}: "
-                                "run notebook 01 (its evaluation writes them)")
+                                f"run {stage_notebook(1)} (its evaluation writes them)")
 
     def fn(run):
         rows = []
@@ -415,7 +416,7 @@ def token_diagnostics(cfg, found, scorers: list[str], n_per_benchmark: int, benc
     source = reference_source(cfg).name
     present = {c.name: c.model for c in found.present()}
     if source not in present:
-        raise FileNotFoundError(f"the reference checkpoint {source} is missing: run notebook 01 first")
+        raise FileNotFoundError(f"the reference checkpoint {source} is missing: run {stage_notebook(1)} first")
     unknown = [s for s in scorers if s not in found]
     if unknown:
         raise KeyError(f"unknown checkpoint(s) {unknown}; this run store has {[c.name for c in found.items]}")

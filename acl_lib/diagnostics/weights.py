@@ -32,6 +32,7 @@ import numpy as np
 
 from acl_lib.model.checkpoint_files import TensorReaders, resolve_model_dir, safetensors_index
 from acl_lib.progress import Progress
+from acl_lib.steps import made_by
 
 # Where the SDFT step writes the study's update-direction check (the same SFT mixture from the base and from the
 # sequential endpoint: cosine 0.77 in the study; unrelated SFT tasks: 0.05), relative to a seed directory. It is
@@ -290,7 +291,7 @@ def gram_for(found, progress: bool = True, block_elements: int = BLOCK_ELEMENTS)
     """The streamed Gram over every present checkpoint of ``found`` (``checkpoints.CheckpointSet``) and the
     SFT models of the stages that kept one (slot ``<run>/sft``)."""
     if not found["base"].present:
-        raise FileNotFoundError("the weight diagnostics need the base checkpoint: run notebook 00 first")
+        raise FileNotFoundError(f"the weight diagnostics need the base checkpoint: run {made_by('base')} first")
     models = {}
     for c in found.present():
         models[c.name] = c.model

@@ -12,6 +12,7 @@ from acl_lib import pipeline
 from acl_lib.config import Config, ConfigError, _set_dotted, parse_override
 from acl_lib.consolidate.sdft import SDFTSpec, sdft_run
 from acl_lib.runs import Run
+from acl_lib.steps import made_by, require_complete
 
 logger = logging.getLogger("acl.consolidate.mle")
 
@@ -119,9 +120,9 @@ def default_start(cfg, fallback: bool = True) -> str:
     if start_run(cfg, "sdft_base").is_complete():
         return "sdft_base"
     if not fallback:
-        raise RuntimeError("MLE needs the complete run sdft_base (notebook 09)")
-    logger.warning("sdft_base is not complete (notebook 09 kept no data or has not run): the MLE experts start "
-                   "from the base")
+        raise RuntimeError(f"MLE needs the complete run sdft_base ({made_by('sdft_base')})")
+    logger.warning("sdft_base is not complete (%s kept no data or has not run): the MLE experts start from the base",
+                   made_by("sdft_base"))
     return "base"
 
 
@@ -157,10 +158,7 @@ def mle_run(cfg, spec: MLESpec):
 
 
 def _require(runs, what: str) -> None:
-    missing = [r for r in runs if not r.is_complete()]
-    if missing:
-        lines = "; ".join(f"{r.name} ({r.status()}, {r.path})" for r in missing)
-        raise RuntimeError(f"{what} needs complete runs: missing {lines}")
+    require_complete(runs, what)
 
 
 def adapter_dirs(cfg, spec: MLESpec) -> dict[str, Path]:

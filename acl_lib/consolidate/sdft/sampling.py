@@ -27,6 +27,7 @@ from acl_lib.processes import call_in_child
 from acl_lib.progress import Progress
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
+from acl_lib.steps import require_complete
 
 SAMPLE_SEED = 104729  # + cfg.seed: the tasks the oracles sample on (stages use cfg.seed and cfg.seed + 1)
 DATA_RUN = "sdft_data"
@@ -143,10 +144,7 @@ def data_run(cfg):
 
 
 def _require(runs, what: str) -> None:
-    missing = [r for r in runs if not r.is_complete()]
-    if missing:
-        lines = "; ".join(f"{r.name} ({r.status()}, {r.path})" for r in missing)
-        raise RuntimeError(f"{what} needs complete runs: missing {lines} (notebooks 00-05 make them)")
+    require_complete(runs, what)
 
 
 def save_rows(rows: list[dict], path) -> Path:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from acl_lib.consolidate.sdft.training import SUMMARY_JSON
 from acl_lib.envs import IN_DOMAIN
+from acl_lib.steps import SEQ_FINAL, made_by
 
 
 def filter_frame(filter_json: Mapping):
@@ -69,7 +70,7 @@ def sdft_reading(scores: Mapping[str, Mapping[str, float]], names: Sequence[str]
     lines = []
     final = scores.get("seq_final")
     if final is None:
-        lines.append("No `seq_final` evaluation yet (notebooks 01-04): nothing to compare the SDFT runs with.")
+        lines.append(f"No `seq_final` evaluation yet ({made_by(SEQ_FINAL)}): nothing to compare the SDFT runs with.")
     for n in names if final is not None else ():
         if n not in scores:
             lines.append(f"- `{n}`: not evaluated.")
