@@ -19,12 +19,16 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from acl_lib import domains, pipeline
 from acl_lib.config import load_config
 from acl_lib.envs import IN_DOMAIN
 from acl_lib.steps import made_by
 from acl_lib.views import load_scores, md_table
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 STUDY_ORDER = list(domains.ORDER)  # the study's curriculum
 
@@ -44,12 +48,12 @@ def order_label(order: Sequence[str]) -> str:
     return " → ".join(order)
 
 
-def stage_names(cfg) -> list[str]:
+def stage_names(cfg: Config) -> list[str]:
     """base and the order's stages, as the run store names them."""
     return pipeline.checkpoint_names(cfg, oracles=False)
 
 
-def run_order(cfg) -> list:
+def run_order(cfg: Config) -> list:
     """Train and evaluate every stage of ``cfg``'s curriculum in order (complete ones skipped); the runs."""
     base = pipeline.base_run(cfg)
     if not base.is_complete():
@@ -57,7 +61,7 @@ def run_order(cfg) -> list:
     return [pipeline.run_sequential_stage(cfg, i) for i in range(1, len(cfg.pipeline.curriculum) + 1)]
 
 
-def order_scores(cfg) -> dict[str, dict[str, float]]:
+def order_scores(cfg: Config) -> dict[str, dict[str, float]]:
     """``{run: {benchmark: %}}`` for base and each stage of the order that has been evaluated."""
     return load_scores(cfg.seed_dir(), stage_names(cfg))
 
@@ -67,7 +71,7 @@ def scores_by_order(cfgs: Mapping[tuple[str, ...], object]) -> dict[tuple[str, .
     return {o: (stage_names(c), order_scores(c)) for o, c in cfgs.items()}
 
 
-def order_durations(cfg) -> dict[str, float | None]:
+def order_durations(cfg: Config) -> dict[str, float | None]:
     """Training + evaluation seconds of each stage (from the runs' completion records; a stage skipped here
     reports the time it took when it ran)."""
     out = {}

@@ -22,6 +22,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -43,6 +44,9 @@ from acl_lib.views import (
     md_table,
     paper_results,
 )
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 __all__ = [
     # the HTML report and ``acl report``
@@ -162,7 +166,7 @@ def default_tables(data: FinalData) -> dict:
     }
 
 
-def seeds_on_disk(cfg) -> list[int]:
+def seeds_on_disk(cfg: Config) -> list[int]:
     """The seeds of ``cfg``'s profile that have a folder in the run store (``seed<k>``), or ``[0]`` when none has:
     what ``acl report`` aggregates when no seed is named."""
     root = cfg.seed_dir().parent
@@ -202,7 +206,7 @@ CONSOLIDATION_ROWS = ("mmopd", "mmopd_rkl", "mmopd_single", "sdft", "sdft_base",
 
 
 
-def sampling_text(cfg) -> str:
+def sampling_text(cfg: Config) -> str:
     """How the scores were sampled: the default k and temperature, then each benchmark that differs (its own
     ``eval.limits`` k, temperature or task count), e.g. "k=1, temperature 0.0; aime26: 128 tasks, avg@8 at 0.6"."""
     from acl_lib.envs import BENCHMARKS
@@ -225,7 +229,7 @@ def _largest_se(se: Mapping[str, Mapping[str, float | None]], benchmark: str) ->
     return f"{max(known):.1f}" if known else "-"
 
 
-def one_seed_markdown(cfg) -> str:
+def one_seed_markdown(cfg: Config) -> str:
     """The README's results for the run store of ``cfg`` (profile, seed): every checkpoint's
     scores (this stage's own benchmark in bold), the study's in-domain figures beside the final and the
     oracles, each stage's lift and the forgetting, the wall time of the runs, and which code made them (the
@@ -510,7 +514,7 @@ RESULTS_BEGIN = "<!-- results:begin"
 RESULTS_END = "<!-- results:end -->"
 
 
-def seeds_markdown(cfg, seeds: Sequence[int], overrides: Sequence[str] = (), data: FinalData | None = None,
+def seeds_markdown(cfg: Config, seeds: Sequence[int], overrides: Sequence[str] = (), data: FinalData | None = None,
                    rows: list[dict] | None = None) -> str:
     """The final tables over ``seeds`` as Markdown (:func:`final_tables_markdown`), saying when their evaluations
     finished and which code made them. ``data`` / ``rows``: the store already collected / judged."""
@@ -525,7 +529,7 @@ def seeds_markdown(cfg, seeds: Sequence[int], overrides: Sequence[str] = (), dat
     return final_tables_markdown(data, provenance=made, rows=rows)
 
 
-def orders_markdown(cfg, orders: Sequence[Sequence[str]], overrides: Sequence[str] = ()) -> str:
+def orders_markdown(cfg: Config, orders: Sequence[Sequence[str]], overrides: Sequence[str] = ()) -> str:
     """The curriculum-orders study for ``orders`` in the seed of ``cfg`` as Markdown, with each order's stages
     that are not scored yet named (:func:`acl_lib.curriculum.positions_markdown`)."""
     results = curriculum.scores_by_order({tuple(o): curriculum.order_config(cfg.profile, overrides, cfg.seed, o)
@@ -538,7 +542,7 @@ def orders_markdown(cfg, orders: Sequence[Sequence[str]], overrides: Sequence[st
 TIMING_JSON = "timing.json"  # <output_dir>/<profile>/timing.json: benchmarks/pipeline_time.py's measurement
 
 
-def wall_time_markdown(cfg, seeds: Sequence[int]) -> str:
+def wall_time_markdown(cfg: Config, seeds: Sequence[int]) -> str:
     """A paragraph on the wall time of the whole ``acl run`` that made this store, from its
     ``<output_dir>/<profile>/timing.json`` (``benchmarks/pipeline_time.py``, which times a run from an empty store),
     where that file exists and covers exactly ``seeds``; else ``""``."""
@@ -561,7 +565,7 @@ def wall_time_markdown(cfg, seeds: Sequence[int]) -> str:
             f"{t.get('commit', '?')}, started {t.get('started', '?')}{status}): **{hours}**{budget}.{machine}")
 
 
-def results_markdown(cfg, seeds: Sequence[int] = (), orders: Sequence[Sequence[str]] = (),
+def results_markdown(cfg: Config, seeds: Sequence[int] = (), orders: Sequence[Sequence[str]] = (),
                      overrides: Sequence[str] = ()) -> str:
     """The README's results section: :func:`one_seed_markdown` for the seed of ``cfg``, then, with ``seeds``, the
     final tables over those seeds (:func:`seeds_markdown`) and the wall time of the run that made them
@@ -586,8 +590,8 @@ def results_markdown(cfg, seeds: Sequence[int] = (), orders: Sequence[Sequence[s
     return body
 
 
-def write_results_section(readme: str | Path, cfg, seeds: Sequence[int] = (), orders: Sequence[Sequence[str]] = (),
-                          overrides: Sequence[str] = ()) -> str:
+def write_results_section(readme: str | Path, cfg: Config, seeds: Sequence[int] = (),
+                          orders: Sequence[Sequence[str]] = (), overrides: Sequence[str] = ()) -> str:
     """Replace the text between the results markers of ``readme`` with :func:`results_markdown` (``seeds``,
     ``orders``: as there); returns the text."""
     readme = Path(readme)

@@ -20,6 +20,7 @@ import json
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -29,6 +30,9 @@ from acl_lib.envs import BENCHMARKS, IN_DOMAIN
 from acl_lib.noise import contrast_se, matches, read_task_counts, samples_per_task, score_se
 from acl_lib.pipeline import checkpoint_names
 from acl_lib.progress import hf_progress_bars
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 BENCH_ORDER = list(BENCHMARKS)
 
@@ -373,7 +377,7 @@ def stage_change_frame(scores: dict[str, dict[str, float]], before: str, after: 
     return pd.DataFrame(rows).set_index("benchmark")
 
 
-def forgetting_frame(cfg):
+def forgetting_frame(cfg: Config):
     """For each stage's own benchmark: its score right after its stage, its peak along the sequence, its final
     score and the drop from the peak (a DataFrame; empty until the sequence has run)."""
     import pandas as pd
@@ -430,7 +434,7 @@ def failure_figure(frame, title: str = "Why episodes failed (share of each bench
 # --- readings --------------------------------------------------------------------------------------------
 
 
-def stage_reading(cfg, run) -> str:
+def stage_reading(cfg: Config, run) -> str:
     """A short Markdown reading of one stage, computed from its scores and its input's: what its own benchmark
     did (beside the study), what the other in-domain benchmarks did (forgetting), the largest out-of-domain
     move and the commonest failure on its own benchmark. Changes within one task (100 / n_test points) are
@@ -485,7 +489,7 @@ def stage_reading(cfg, run) -> str:
 # --- recipes and phases ----------------------------------------------------------------------------------
 
 
-def recipe_frame(cfg, domain: str):
+def recipe_frame(cfg: Config, domain: str):
     """The resolved training recipe of a stage (after ``pipeline.stage_overrides``): the ``sft`` and ``grpo``
     settings a user would change, whether the stage cold-starts and who its demos are sampled from
     (``sft.teacher``, and for a model teacher how); values as configured (text, so the one-decimal display of
@@ -533,7 +537,7 @@ def phases_frame(run_dir: str | Path):
     return pd.DataFrame(rows).set_index("phase") if rows else pd.DataFrame()
 
 
-def oracle_gap_frame(cfg):
+def oracle_gap_frame(cfg: Config):
     """Per domain: the oracle's score on its own benchmark, the sequential pipeline's final score on it, and
     the gap (what sequential training loses against training on that domain alone), beside the study's."""
     import pandas as pd

@@ -12,19 +12,23 @@ The weight and token diagnostics notebooks call these; their numbers go to
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib.atomic import jsonable, write_json
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 DIAG_DIR = "diagnostics"  # <seed_dir>/diagnostics/: weights.json, tokens.json, cl_metrics.json, reference/
 
 
-def write_diagnostics(cfg, name: str, obj) -> Path:
+def write_diagnostics(cfg: "Config", name: str, obj) -> Path:
     """Write ``obj`` to ``<seed_dir>/diagnostics/<name>.json`` atomically (the final tables read these files);
     returns the path. NaN and infinities become null."""
     return write_json(cfg.seed_dir() / DIAG_DIR / f"{name}.json", jsonable(obj))
 
 
-def read_diagnostics(cfg, name: str):
+def read_diagnostics(cfg: "Config", name: str):
     """The JSON a diagnostics notebook wrote (``<seed_dir>/diagnostics/<name>.json``)."""
     path = cfg.seed_dir() / DIAG_DIR / f"{name}.json"
     if not path.is_file():

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.steps import notebook_of
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 SFT_MODEL = "checkpoints/sft/model"  # acl_lib.train.stage.SFT_DIR + "/model": the cold start's model
 
@@ -71,7 +75,7 @@ def _model_of(run) -> str | None:
     return str(model)
 
 
-def stage_checkpoints(cfg, oracles: bool = True, extra: list[str] | tuple[str, ...] = ()) -> CheckpointSet:
+def stage_checkpoints(cfg: Config, oracles: bool = True, extra: list[str] | tuple[str, ...] = ()) -> CheckpointSet:
     """Base, the sequential stages in curriculum order, the oracles and ``extra`` run names (any complete run of
     this seed directory holding ``model/``, e.g. a consolidation, taken as trained from the base)."""
     out = CheckpointSet()

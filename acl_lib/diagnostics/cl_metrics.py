@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from acl_lib.envs import IN_DOMAIN
 from acl_lib.pipeline import checkpoint_names
 from acl_lib.views import load_scores, paper_results
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 
 def _ok(x) -> bool:
@@ -73,7 +77,7 @@ def capability_matrix(scores: Mapping[str, Mapping[str, float]], stage_runs: Seq
     return R, [(scores.get(base) or {}).get(b) for b in benchmarks]
 
 
-def sequential_cl_metrics(cfg) -> dict:
+def sequential_cl_metrics(cfg: Config) -> dict:
     """The metrics for this run's sequence (``cfg``'s run store) and for the study's trajectory
     (``paper_results.yaml`` ``sequential``), over the curriculum's in-domain benchmarks, side by side:
     ``{"benchmarks", "stages", "ours": {..., "matrix", "base"}, "study": {...}}``. A stage not run yet leaves

@@ -34,6 +34,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,6 +46,9 @@ from acl_lib.pipeline import sequential_run
 from acl_lib.runs import Run, run_once
 from acl_lib.steps import stage_notebook
 
+if TYPE_CHECKING:
+    from acl_lib.config import Config
+
 REFERENCE_RUN = "diagnostics/reference"
 ROLLOUTS = "rollouts.jsonl"
 
@@ -52,17 +56,17 @@ ROLLOUTS = "rollouts.jsonl"
 # --- the reference rollouts --------------------------------------------------------------------------------
 
 
-def reference_source(cfg):
+def reference_source(cfg: Config):
     """The run whose checkpoint wrote the reference rollouts: stage 1 of the curriculum (``seq_math``)."""
     return sequential_run(cfg, 1)
 
 
-def reference_run(cfg, n_per_benchmark: int, benchmarks: list[str]):
+def reference_run(cfg: Config, n_per_benchmark: int, benchmarks: list[str]):
     return Run(cfg, REFERENCE_RUN, sections=("worlds",), inputs=[reference_source(cfg)],
                extra={"n_per_benchmark": int(n_per_benchmark), "benchmarks": list(benchmarks)})
 
 
-def build_reference(cfg, n_per_benchmark: int, benchmarks: list[str] | None = None):
+def build_reference(cfg: Config, n_per_benchmark: int, benchmarks: list[str] | None = None):
     """The reference rollouts as a run of the run store (``<seed_dir>/diagnostics/reference/rollouts.jsonl``),
     skipped when complete. ``benchmarks`` defaults to the in-domain benchmark of every domain. Raises naming
     what is missing when the source checkpoint or its evaluation records are not there."""
@@ -404,7 +408,7 @@ def examples_markdown(examples: list[dict]) -> str:
 # --- the token diagnostics in one call -------------------------------------------------------------------------
 
 
-def token_diagnostics(cfg, found, scorers: list[str], n_per_benchmark: int, benchmarks: list[str] | None = None,
+def token_diagnostics(cfg: Config, found, scorers: list[str], n_per_benchmark: int, benchmarks: list[str] | None = None,
                       batch_size: int = 8, max_tokens: int = 4096,
                       progress: bool = True) -> tuple[dict, TokenScores]:
     """Build (or reuse) the reference rollouts, teacher-force them through the reference and every present

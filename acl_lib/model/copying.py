@@ -18,8 +18,12 @@ it), which small models form late and only under the right batch shape (docs/min
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 from acl_lib.envs import make_env
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 
 def word_lists(words: list[str], n: int, length: int, seed: int = 0) -> list[str]:
@@ -27,7 +31,7 @@ def word_lists(words: list[str], n: int, length: int, seed: int = 0) -> list[str
     return [" ".join(rng.choice(words) for _ in range(length)) for _ in range(n)]
 
 
-def world_word_lists(cfg, n: int = 30, length: int = 20) -> list[str]:
+def world_word_lists(cfg: Config, n: int = 30, length: int = 20) -> list[str]:
     """``n`` lists of ``length`` words (names, numbers, places) from the search world of ``cfg.worlds``."""
     env = make_env("search", cfg.worlds, seed=cfg.worlds.seed)
     words = sorted({w.strip('.,"') for d in env.documents for w in d["contents"].split()} - {""})

@@ -17,9 +17,13 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib.atomic import file_sha256
 from acl_lib.config import PretrainConfig
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 CARD = "card.json"
 CARD_MD = "MODEL_CARD.md"
@@ -29,7 +33,7 @@ ARCH_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layer
              "num_key_value_heads", "head_dim", "max_position_embeddings", "tie_word_embeddings")
 
 
-def shipped_dir(cfg) -> Path:
+def shipped_dir(cfg: Config) -> Path:
     p = Path(cfg.pretrain.shipped_dir)
     if p.is_absolute():
         return p
@@ -39,7 +43,7 @@ def shipped_dir(cfg) -> Path:
 sha256 = file_sha256  # one implementation, in acl_lib.atomic
 
 
-def read_card(cfg) -> dict:
+def read_card(cfg: Config) -> dict:
     path = shipped_dir(cfg) / CARD
     if not path.is_file():
         raise FileNotFoundError(
@@ -48,7 +52,7 @@ def read_card(cfg) -> dict:
     return json.loads(path.read_text())
 
 
-def verify(cfg) -> dict:
+def verify(cfg: Config) -> dict:
     """The card of the shipped base, after checking weights (sha256) and architecture against it."""
     card = read_card(cfg)
     weights = shipped_dir(cfg) / WEIGHTS

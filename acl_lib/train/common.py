@@ -24,12 +24,15 @@ import re
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acl_lib.atomic import atomic_dir, write_json
 from acl_lib.config import micro_batches  # one split rule: the config checks it at load, the trainers use it
 from acl_lib.progress import Progress
 from acl_lib.seeding import follow_thread_share, set_torch_threads
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +67,7 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def set_threads(cfg) -> None:
+def set_threads(cfg: Config) -> None:
     """Cap intra-op threads at this rank's share of its node's ``cfg.torch_threads`` (``seeding.threads_per_rank``:
     divided by the ranks on this node, not the whole job; 0 = all cores). Oversubscribed cores slow every process
     down several-fold; a single thread per rank starves the CPU-side work of a GPU job (data collation, tokenising,
@@ -72,7 +75,7 @@ def set_threads(cfg) -> None:
     set_torch_threads(cfg.torch_threads)
 
 
-def trainer_kwargs(cfg, out_dir, *, max_steps: int, batch_size: int, learning_rate: float,
+def trainer_kwargs(cfg: Config, out_dir, *, max_steps: int, batch_size: int, learning_rate: float,
                    warmup_steps: int = 0, scheduler: str = "linear", save_steps: int | None = None,
                    micro_batch_size: int = 0) -> dict:
     """Keyword arguments shared by ``TrainingArguments`` / ``SFTConfig`` / ``GRPOConfig``.
@@ -333,7 +336,7 @@ def save_final_model(trainer, tokenizer, out_dir, rel: str = "model") -> Path:
     return Path(out_dir) / rel
 
 
-def load_model_and_tokenizer(model_dir: str | Path, cfg=None):
+def load_model_and_tokenizer(model_dir: str | Path, cfg: Config | None = None):
     """``(model, tokenizer)`` from a saved directory or hub id, in ``cfg.model.dtype``, with the chat
     conventions the trainers rely on (eos ``<|im_end|>``, left padding, response template).
 

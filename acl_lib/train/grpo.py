@@ -24,12 +24,16 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib.eval.harness import stop_token_ids
 from acl_lib.train import common, trl_env
 
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
-def vllm_kwargs(cfg, multi_turn: bool, stop_ids: list[int] | None) -> dict:
+
+def vllm_kwargs(cfg: Config, multi_turn: bool, stop_ids: list[int] | None) -> dict:
     """``GRPOConfig`` fields of vLLM rollouts (``grpo.use_vllm``): the engine's context is the model's
     (``model.max_position_embeddings``, not vLLM's guess from the checkpoint), every call stops at a turn's end
     (``stop_ids``: eos and ``<|im_end|>``, since a hub base model's eos is ``<|endoftext|>``), and a multi-turn
@@ -48,7 +52,7 @@ def vllm_kwargs(cfg, multi_turn: bool, stop_ids: list[int] | None) -> dict:
             "vllm_enable_sleep_mode": cfg.grpo.vllm_sleep_mode and not multi_turn}
 
 
-def grpo_args(cfg, out_dir, multi_turn: bool = False, stop_ids: list[int] | None = None):
+def grpo_args(cfg: Config, out_dir, multi_turn: bool = False, stop_ids: list[int] | None = None):
     """The ``trl.GRPOConfig`` of a stage (CPU-safe settings from ``common.trainer_kwargs``; vLLM settings from
     ``vllm_kwargs``)."""
     from trl import GRPOConfig
@@ -76,7 +80,7 @@ def grpo_args(cfg, out_dir, multi_turn: bool = False, stop_ids: list[int] | None
     )
 
 
-def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks=(), model=None, tokenizer=None,
+def build_trainer(cfg: Config, model_dir, env, tasks, out_dir, *, policy=None, callbacks=(), model=None, tokenizer=None,
                   **trainer_kw):
     """A ready ``GRPOTrainer`` for ``tasks`` of ``env`` starting from ``model_dir``.
 
@@ -121,7 +125,7 @@ def build_trainer(cfg, model_dir, env, tasks, out_dir, *, policy=None, callbacks
     return trainer
 
 
-def train_grpo(cfg, model_dir: str | Path, domain: str, out_dir: str | Path, env=None, tasks=None) -> dict:
+def train_grpo(cfg: Config, model_dir: str | Path, domain: str, out_dir: str | Path, env=None, tasks=None) -> dict:
     """Run GRPO for ``domain`` from ``model_dir`` into ``<out_dir>/model``; returns the summary.
 
     ``env`` / ``tasks`` default to the domain's world (``cfg.worlds``) and its first ``cfg.worlds.n_train``

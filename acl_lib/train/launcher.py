@@ -31,10 +31,14 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib.config import project_root
 from acl_lib.seeding import threads_per_rank
 from acl_lib.train.common import DS_CONFIG_ENV, TRAIN_SUMMARY
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 CONFIG_DIR = Path(__file__).parent / "deepspeed_configs"
 LAUNCH_DIR = "launch"
@@ -61,7 +65,7 @@ def job_function(job: str):
     return getattr(importlib.import_module(module), name)
 
 
-def deepspeed_config(cfg) -> Path:
+def deepspeed_config(cfg: Config) -> Path:
     """The shipped ZeRO config file for ``cfg.launcher`` (stage 3 -> ZeRO-3 bf16; otherwise ZeRO-2)."""
     return CONFIG_DIR / ("zero3_bf16.json" if cfg.launcher.zero_stage == 3 else "zero2_cpu.json")
 
@@ -98,7 +102,7 @@ def _local_models(job_args: dict) -> dict:
     return out
 
 
-def write_job(cfg, job: str, out_dir, job_args: dict) -> Path:
+def write_job(cfg: Config, job: str, out_dir, job_args: dict) -> Path:
     """``<out_dir>/launch/job.json``: what a worker needs to rebuild the call (config, job, args, output dir).
     Hub ids among the model arguments are written as their local snapshots (``local_model``)."""
     d = Path(out_dir) / LAUNCH_DIR
@@ -117,14 +121,14 @@ def entry_args(job_file: Path, ds_config: Path | None = None) -> list[str]:
     return args + (["--deepspeed-config", str(ds_config)] if ds_config is not None else [])
 
 
-def deepspeed_local_command(cfg, job_file: Path, port: int | None = None) -> list[str]:
+def deepspeed_local_command(cfg: Config, job_file: Path, port: int | None = None) -> list[str]:
     """``deepspeed`` on this machine with ``cfg.launcher.num_processes`` workers."""
     exe = shutil.which("deepspeed") or str(Path(sys.executable).parent / "deepspeed")
     return [exe, "--num_accelerators", str(cfg.launcher.num_processes), "--master_port", str(port or _free_port()),
             "--no_local_rank", *entry_args(job_file)]
 
 
-def worker_env(cfg, ds_config: Path) -> dict:
+def worker_env(cfg: Config, ds_config: Path) -> dict:
     """Environment of the launched workers: the DeepSpeed config, CPU accelerator without GPUs, thread caps."""
     env = dict(os.environ)
     env.update(job_env(cfg, ds_config))
@@ -140,7 +144,7 @@ def worker_env(cfg, ds_config: Path) -> dict:
     return env
 
 
-def job_env(cfg, ds_config: Path) -> dict[str, str]:
+def job_env(cfg: Config, ds_config: Path) -> dict[str, str]:
     """The variables every worker of a launched job needs, on whichever node it runs: the ZeRO config, the
     checkout on ``PYTHONPATH``, quiet tokenizers / TRL, and OpenMP threads per rank (a node's ``torch_threads``
     over its ``launcher.num_processes`` ranks). With ``torch_threads: 0`` (all cores) no count is written here,
@@ -162,7 +166,7 @@ FORWARD_NAMES = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLI
 FORWARD_PREFIXES = ("VLLM_",)
 
 
-def forwarded_env(cfg, environ=None) -> dict[str, str]:
+def forwarded_env(cfg: Config, environ=None) -> dict[str, str]:
     """The variables of ``environ`` (default ``os.environ``) that the env file carries to the other nodes:
     ``FORWARD_NAMES``, every ``VLLM_*``, and the key variables the config names (``worlds.user_sim.api_key_env``:
     the simulated customer's key, without which retail GRPO fails at its first reset; ``sft.teacher_api_key_env``)."""
@@ -172,7 +176,7 @@ def forwarded_env(cfg, environ=None) -> dict[str, str]:
     return {k: environ[k] for k in sorted(names) if k in environ}
 
 
-def env_file(cfg, ds_config: Path, path: Path, environ=None) -> Path:
+def env_file(cfg: Config, ds_config: Path, path: Path, environ=None) -> Path:
     """Write ``job_env`` and ``forwarded_env`` as a DeepSpeed environment file (``KEY=VALUE`` per line) at
     ``path``, readable by its owner only (mode 0600: it may hold API keys; nothing prints or logs its content).
 
@@ -199,7 +203,7 @@ def env_file(cfg, ds_config: Path, path: Path, environ=None) -> Path:
     return path
 
 
-def hostfile_path(cfg) -> Path | None:
+def hostfile_path(cfg: Config) -> Path | None:
     """``launcher.hostfile`` as an absolute path (a relative one is taken from the suite's checkout, as the run
     store's ``output_dir`` is: a notebook in JupyterLab runs in ``notebooks/``), or None when unset."""
     if not cfg.launcher.hostfile:
@@ -208,7 +212,7 @@ def hostfile_path(cfg) -> Path | None:
     return p if p.is_absolute() else project_root() / p
 
 
-def multi_node_scripts(cfg, job_file: Path, out_dir) -> dict[str, Path]:
+def multi_node_scripts(cfg: Config, job_file: Path, out_dir) -> dict[str, Path]:
     """Write the hostfile ``deepspeed`` script and the Slurm batch script into ``<out_dir>/launch/``."""
     L = cfg.launcher
     d = Path(out_dir) / LAUNCH_DIR
@@ -279,7 +283,7 @@ def _run_logged(cmd: list[str], env: dict, log: Path) -> None:
         raise RuntimeError(f"training job failed (exit {proc.returncode}); last lines of {log}:\n{tail}")
 
 
-def launch(cfg, job: str, out_dir, **job_args) -> dict:
+def launch(cfg: Config, job: str, out_dir, **job_args) -> dict:
     """Run ``job`` (``pretrain`` / ``sft`` / ``grpo``) into ``out_dir`` as ``cfg.launcher.mode`` says.
 
     Returns the job's summary (``<out_dir>/train_summary.json``); the model is in ``<out_dir>/model``.

@@ -39,13 +39,13 @@ logger = logging.getLogger("acl.train.midtrain")
 TASK_SEED_OFFSET = 5000
 
 
-def enabled(cfg) -> bool:
+def enabled(cfg: Config) -> bool:
     """Whether the recipe has a mid-training phase (some demos and some steps)."""
     p = cfg.pretrain
     return p.midtrain_steps > 0 and sum(p.midtrain_demos.values()) > 0
 
 
-def evaluated_prompts(cfg) -> set[str]:
+def evaluated_prompts(cfg: Config) -> set[str]:
     """The user prompts of every task the suite scores on the evaluated world (``worlds.seed``): each in-domain
     and out-of-domain benchmark's test tasks, drawn as the harness draws them."""
     from acl_lib.eval.harness import benchmark_size, world  # the harness's own draw, not a copy of it
@@ -61,7 +61,7 @@ def evaluated_prompts(cfg) -> set[str]:
     return prompts
 
 
-def midtrain_demos(cfg) -> tuple[list[dict], dict]:
+def midtrain_demos(cfg: Config) -> tuple[list[dict], dict]:
     """``(rows, stats)``: ``pretrain.midtrain_demos[d]`` expert episodes of each domain ``d`` (rejection-sampled:
     reward 1, no protocol error), split evenly over the worlds of ``pretrain.world_seeds``, shuffled."""
     p = cfg.pretrain
@@ -100,7 +100,7 @@ def midtrain_demos(cfg) -> tuple[list[dict], dict]:
     return rows, stats
 
 
-def midtrain_config(cfg) -> Config:
+def midtrain_config(cfg: Config) -> Config:
     """``cfg`` with its ``sft`` section set to the mid-training's budget (the SFT trainer reads ``cfg.sft``). Batches
     are grouped by length (``train_midtrain``), so the retail rows meet in batches and their common ~1.9k-token
     opening (policy, tool schemas) is encoded once per batch (``sft.share_prefix``)."""
@@ -111,7 +111,7 @@ def midtrain_config(cfg) -> Config:
     return Config.model_validate(tree)
 
 
-def train_midtrain(cfg, model_dir: str | Path, out_dir: str | Path) -> dict:
+def train_midtrain(cfg: Config, model_dir: str | Path, out_dir: str | Path) -> dict:
     """Mid-train the model in ``model_dir`` into ``<out_dir>/model``; returns the SFT summary with the demos'
     statistics under ``demos``. A restart resumes the SFT from its last checkpoint (the demos are redrawn: the
     draw is deterministic)."""

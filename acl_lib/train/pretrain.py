@@ -95,7 +95,7 @@ def copy_token_ids(tokenizer) -> list[int]:
     return [i for i in range(len(tokenizer)) if i not in special]
 
 
-def copy_gain_callback(cfg, tokenizer, every: int):
+def copy_gain_callback(cfg: Config, tokenizer, every: int):
     """A ``TrainerCallback`` that adds ``copy_gain`` (nats) to the log record every ``every`` steps."""
     from transformers import TrainerCallback
 
@@ -113,7 +113,7 @@ def copy_gain_callback(cfg, tokenizer, every: int):
     return CopyGain()
 
 
-def pretrain_args(cfg, out_dir, *, max_steps, batch_size, lr, warmup, scheduler):
+def pretrain_args(cfg: Config, out_dir, *, max_steps, batch_size, lr, warmup, scheduler):
     """The ``TrainingArguments`` of one pretraining phase (shared settings from ``common.trainer_kwargs``)."""
     from transformers import TrainingArguments
 
@@ -122,7 +122,7 @@ def pretrain_args(cfg, out_dir, *, max_steps, batch_size, lr, warmup, scheduler)
         scheduler=scheduler))
 
 
-def _train(cfg, model, tok, blocks, out_dir: Path, *, max_steps, batch_size, lr, warmup, scheduler, phase,
+def _train(cfg: Config, model, tok, blocks, out_dir: Path, *, max_steps, batch_size, lr, warmup, scheduler, phase,
            seq_len) -> tuple[object, dict]:
     from datasets import Dataset
     from transformers import Trainer, default_data_collator
@@ -151,7 +151,7 @@ def _train(cfg, model, tok, blocks, out_dir: Path, *, max_steps, batch_size, lr,
     return trainer, common.write_summary(trainer, out_dir, summary)
 
 
-def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, out_dir: str | Path) -> dict:
+def train_pretrain(cfg: Config, model_dir: str | Path, corpus: list[str] | str | Path, out_dir: str | Path) -> dict:
     """Pretrain the model in ``model_dir`` (copy warm-up, then the corpus) into ``<out_dir>/model``; returns the
     summary (with the warm-up's under ``copy_warmup``)."""
     common.set_threads(cfg)
@@ -198,7 +198,8 @@ def train_pretrain(cfg, model_dir: str | Path, corpus: list[str] | str | Path, o
     return common.write_summary_main(summary, out_dir)
 
 
-def corpus_blocks(cfg, texts: list[str], tok, *, echo_seed: int, shuffle_seed: int) -> tuple[list[list[int]], list]:
+def corpus_blocks(cfg: Config, texts: list[str], tok, *, echo_seed: int,
+                  shuffle_seed: int) -> tuple[list[list[int]], list]:
     """``(blocks, echo documents)``: the documents with a share ``pretrain.copy_mix`` (in characters) of echo
     documents added, shuffled, packed into ``pretrain.seq_len``-token blocks."""
     p = cfg.pretrain
@@ -210,7 +211,7 @@ def corpus_blocks(cfg, texts: list[str], tok, *, echo_seed: int, shuffle_seed: i
     return pack_corpus(docs, tok, p.seq_len), echo
 
 
-def finish_midtrain(cfg, corpus_model: str | Path, out_dir: str | Path) -> dict:
+def finish_midtrain(cfg: Config, corpus_model: str | Path, out_dir: str | Path) -> dict:
     """Phase 3 from the corpus phase's model into ``<out_dir>/checkpoints/midtrain``; returns its summary (a finished
     phase 3 is not redone). ``train_pretrain`` then copies the last phase's model to ``<out_dir>/model``."""
     mid_dir = Path(out_dir) / MIDTRAIN_DIR
@@ -219,7 +220,7 @@ def finish_midtrain(cfg, corpus_model: str | Path, out_dir: str | Path) -> dict:
     return midtrain.train_midtrain(cfg, corpus_model, mid_dir)
 
 
-def cooldown_corpus(cfg) -> list[str]:
+def cooldown_corpus(cfg: Config) -> list[str]:
     """Phase 4's documents: the corpus of phase 2 (``acl_lib.model.corpus.base_corpus``, deterministic) drawn with
     ``pretrain.cooldown_noise`` as its transcripts' noise (unset: phase 2's)."""
     p = cfg.pretrain
@@ -230,7 +231,7 @@ def cooldown_corpus(cfg) -> list[str]:
     return base_corpus(cfg)[0]
 
 
-def finish_cooldown(cfg, start_model: str | Path, out_dir: str | Path) -> dict:
+def finish_cooldown(cfg: Config, start_model: str | Path, out_dir: str | Path) -> dict:
     """Phase 4 from phase 3's model into ``<out_dir>/checkpoints/cooldown``: ``pretrain.cooldown_steps`` steps of
     the corpus (``cooldown_corpus``: its own noise, another draw of its echo documents, another order), cosine from
     ``pretrain.cooldown_lr``; returns its summary (a finished phase 4 is not redone)."""

@@ -29,10 +29,14 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib.envs.base import Environment, Task
 from acl_lib.eval.harness import run_episodes
 from acl_lib.train import common
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 logger = logging.getLogger("acl.train.sft")
 
@@ -210,7 +214,7 @@ def _prefix_shared_trainer():
     return PrefixSharedSFTTrainer
 
 
-def sft_args(cfg, out_dir, sequential: bool = False, by_length: bool = False, max_steps: int | None = None):
+def sft_args(cfg: Config, out_dir, sequential: bool = False, by_length: bool = False, max_steps: int | None = None):
     """``SFTConfig`` from ``cfg.sft``. ``sequential``: present the rows in dataset order (transformers'
     ``train_sampling_strategy="sequential"``; TRL's ``shuffle_dataset`` is off already) instead of the trainer's
     random sampler: SDFT's presentation orders (``acl_lib.consolidate.sdft``). ``by_length``: batches of rows of
@@ -239,7 +243,7 @@ def sft_steps(s, n_rows: int) -> int:
     return min(s.max_steps, max(1, math.ceil(s.max_epochs * n_rows / s.batch_size)))
 
 
-def train_sft(cfg, model_dir: str | Path, dataset: list[dict] | str | Path, out_dir: str | Path,
+def train_sft(cfg: Config, model_dir: str | Path, dataset: list[dict] | str | Path, out_dir: str | Path,
               sequential: bool = False, by_length: bool = False) -> dict:
     """SFT the model in ``model_dir`` on chat rows (a list, or a jsonl path) into ``<out_dir>/model``;
     ``sequential``: in the rows' order rather than shuffled; ``by_length``: in batches of similar length (``sft_args``).

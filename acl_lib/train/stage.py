@@ -34,6 +34,7 @@ import json
 import logging
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib.atomic import atomic_dir, write_json
 from acl_lib.config import ConfigError, project_root
@@ -48,11 +49,14 @@ from acl_lib.train import common, sft
 from acl_lib.train.launcher import launch
 from acl_lib.train.trl_env import make_env
 
+if TYPE_CHECKING:
+    from acl_lib.config import Config
+
 SFT_DIR = "checkpoints/sft"
 logger = logging.getLogger("acl.train.stage")
 
 
-def demo_tasks(env, cfg):
+def demo_tasks(env, cfg: Config):
     """Tasks the teacher is run on: twice ``cfg.sft.num_demos`` training tasks (rejections leave room), drawn
     with a seed offset so the demos are not the GRPO tasks themselves."""
     return env.tasks("train", 2 * cfg.sft.num_demos, seed=cfg.seed + 1)
@@ -62,7 +66,7 @@ class ColdStartError(RuntimeError):
     """Rejection sampling kept no demo: the cold start has nothing to train on."""
 
 
-def teacher_model(cfg, init_model_dir: str) -> str:
+def teacher_model(cfg: Config, init_model_dir: str) -> str:
     """The model a model teacher (``sft.teacher`` other than ``expert``) samples from: the base checkpoint
     (``base``), the stage's incoming checkpoint (``incoming``), or ``sft.teacher`` itself (a directory, relative
     ones taken from the checkout, or a hub id; with ``sft.teacher_url`` the served model's name)."""
@@ -75,7 +79,7 @@ def teacher_model(cfg, init_model_dir: str) -> str:
     return str(local) if not cfg.sft.teacher_url and not Path(t).is_absolute() and local.is_dir() else t
 
 
-def teacher_policy(cfg, model: str):
+def teacher_policy(cfg: Config, model: str):
     """A batched policy sampling ``model`` with the teacher's settings and the stage's turn budget: an
     ``EndpointPolicy`` with ``sft.teacher_url`` (one request per episode's turn, ``eval.batch_size`` in flight),
     else the evaluator's model policy (``HFPolicy``, or ``VLLMPolicy`` where ``eval.backend`` is vllm)."""
@@ -90,7 +94,7 @@ def teacher_policy(cfg, model: str):
                        top_p=s.teacher_top_p)
 
 
-def cold_start_demos(cfg, domain: str, init_model_dir: str) -> tuple[list[dict], dict]:
+def cold_start_demos(cfg: Config, domain: str, init_model_dir: str) -> tuple[list[dict], dict]:
     """The cold start's rows and ``demos.json``'s statistics: ``sft.collect_demos`` over ``demo_tasks`` with the
     teacher of ``cfg.sft.teacher`` (the module docstring), plus who the teacher was and how it sampled."""
     s = cfg.sft
@@ -115,7 +119,7 @@ def cold_start_demos(cfg, domain: str, init_model_dir: str) -> tuple[list[dict],
                   "max_new_tokens": cfg.grpo.max_new_tokens, **stats}
 
 
-def _sampled_demos(cfg, domain: str, model: str, env=None, tasks=None) -> tuple[list[dict], dict]:
+def _sampled_demos(cfg: Config, domain: str, model: str, env=None, tasks=None) -> tuple[list[dict], dict]:
     """``sft.collect_demos`` with ``model`` as the teacher (``teacher_policy``) over ``demo_tasks``."""
     s = cfg.sft
     env = env if env is not None else make_env(domain, cfg)
@@ -132,7 +136,7 @@ def _sampled_demos(cfg, domain: str, model: str, env=None, tasks=None) -> tuple[
             policy.close()  # the accelerator's memory goes back before the SFT job starts
 
 
-def cold_start(cfg, domain: str, init_model_dir: str, out_dir: str | Path) -> str:
+def cold_start(cfg: Config, domain: str, init_model_dir: str, out_dir: str | Path) -> str:
     """Rejection-sampled SFT from ``sft.teacher``'s demos into ``<out_dir>/checkpoints/sft``; returns its model dir.
     Raises ``ColdStartError`` (after writing ``demos.json``) when no demo was kept."""
     sft_dir = Path(out_dir) / SFT_DIR
@@ -158,7 +162,7 @@ def cold_start(cfg, domain: str, init_model_dir: str, out_dir: str | Path) -> st
     return str(model)
 
 
-def run_stage(cfg, domain: str, init_model_dir: str | Path, out_dir: str | Path) -> dict:
+def run_stage(cfg: Config, domain: str, init_model_dir: str | Path, out_dir: str | Path) -> dict:
     """Train stage ``domain`` from ``init_model_dir`` into ``<out_dir>/model``; returns ``stage.json``'s content."""
     out_dir = Path(out_dir)
     start = str(init_model_dir)

@@ -38,7 +38,7 @@ import json
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acl_lib.envs import STAGE_ENV
 from acl_lib.envs import make_env as make_world
@@ -46,8 +46,11 @@ from acl_lib.envs.base import Environment, Episode, Task, map_concurrently, pref
 from acl_lib.eval.harness import split_turn, stop_token_ids
 from acl_lib.eval.turns import TurnGenerator
 
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
-def make_env(domain: str, cfg) -> Environment:
+
+def make_env(domain: str, cfg: Config) -> Environment:
     """The world of a training stage (``math``/``search``/``ecom``/``if``) or environment name, built from
     ``cfg.worlds`` with the world seed ``cfg.worlds.seed``, exactly as evaluation builds it (the training
     seed ``cfg.seed`` only changes which training tasks are drawn and how the model samples)."""
