@@ -99,14 +99,8 @@ def _add_dirs(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="acl",
-        description="ACLArena suite: run the study's notebooks headlessly, inspect runs and configs, evaluate "
-        "checkpoints.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
+def _add_run_parser(sub) -> None:
+    """``acl run``: execute the notebooks with papermill (``cmd_run``)."""
     p = sub.add_parser(
         "run",
         help="execute the notebooks in order with papermill",
@@ -142,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dirs(p)
     p.set_defaults(func=cmd_run)
 
+
+def _add_status_parser(sub) -> None:
+    """``acl status``: the run store and the executed notebooks of a profile (``cmd_status``)."""
     p = sub.add_parser(
         "status",
         help="which runs are complete, running, failed or missing; which notebooks have executed copies",
@@ -154,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dirs(p)
     p.set_defaults(func=cmd_status)
 
+
+def _add_report_parser(sub) -> None:
+    """``acl report``: the final report as one HTML file (``cmd_report``)."""
     p = sub.add_parser(
         "report",
         help="write outputs/<profile>/report.html: the final tables over the seeds, figures, run configs",
@@ -171,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dirs(p)
     p.set_defaults(func=cmd_report)
 
+
+def _add_config_parser(sub) -> None:
+    """``acl config``: the resolved config as YAML (``cmd_config``)."""
     p = sub.add_parser("config", help="print the resolved config as YAML",
                        description="Resolve and validate a profile plus overrides; print YAML.")
     _add_profile(p)
@@ -178,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="seed to resolve the config for (default: the profile's)")
     p.set_defaults(func=cmd_config)
 
+
+def _add_eval_parser(sub) -> None:
+    """``acl eval``: score a checkpoint into a directory of its own (``cmd_eval``)."""
     p = sub.add_parser(
         "eval",
         help="evaluate a checkpoint on the benchmark suite",
@@ -202,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     p.set_defaults(func=cmd_eval)
 
+
+def _add_env_parser(sub) -> None:
+    """``acl env retail replay``: the environments' tools (``cmd_retail_replay``)."""
     p = sub.add_parser("env", help="environment tools", description="Tools for the mini-world environments.")
     env_sub = p.add_subparsers(dest="env", metavar="ENV", required=True)
     retail = env_sub.add_parser("retail", help="the e-commerce (tau2 retail schema) environment")
@@ -217,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, metavar="OUT.jsonl", help="output JSON lines")
     r.set_defaults(func=cmd_retail_replay)
 
+
+def _add_data_parser(sub) -> None:
+    """``acl data prepare`` / ``acl data check``: the paper profile's data sets."""
     p = sub.add_parser(
         "data", help="prepare and check the paper profile's data sets (worlds.data_dir)",
         description="The real data sets the paper profile reads, in the layout its loaders expect (README, 'Real "
@@ -244,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--skip-checksums", action="store_true", help="do not compare sha256 sums with MANIFEST.json")
     d.set_defaults(func=cmd_data_check)
 
+
+def _add_nbstrip_parser(sub) -> None:
+    """``acl nbstrip``: strip outputs from notebooks before commit (``cmd_nbstrip``)."""
     p = sub.add_parser(
         "nbstrip",
         help="strip outputs and execution counts from notebooks before commit",
@@ -252,6 +267,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", help="notebooks to clean (default: notebooks/*.ipynb)")
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a notebook would change")
     p.set_defaults(func=cmd_nbstrip)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``acl`` parser: one ``_add_<command>_parser`` per subcommand, in the order ``acl --help`` lists them."""
+    parser = argparse.ArgumentParser(
+        prog="acl",
+        description="ACLArena suite: run the study's notebooks headlessly, inspect runs and configs, evaluate "
+        "checkpoints.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_run_parser(sub)
+    _add_status_parser(sub)
+    _add_report_parser(sub)
+    _add_config_parser(sub)
+    _add_eval_parser(sub)
+    _add_env_parser(sub)
+    _add_data_parser(sub)
+    _add_nbstrip_parser(sub)
     return parser
 
 
