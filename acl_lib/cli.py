@@ -534,6 +534,7 @@ def cmd_eval(args) -> int:
     if problem:
         usage(problem)
     try:  # the real desks' user simulator (worlds.user_sim): configured, reachable in principle, key present
+        # here, before the checkpoint is loaded and as a usage error; evaluate() is told not to check it again
         preflight(cfg.worlds, {b.env for b in benchmarks_for(args.suites or cfg.eval.suites)})
     except ConfigError as exc:
         usage(str(exc))
@@ -552,7 +553,8 @@ def cmd_eval(args) -> int:
         os.umask(mask)
         tmp.chmod(0o777 & ~mask)  # a temporary directory is private; the results are not
         try:
-            metrics = harness.evaluate(cfg, args.model, tmp, suites=args.suites, k=args.k, policy=policy)
+            metrics = harness.evaluate(cfg, args.model, tmp, suites=args.suites, k=args.k, policy=policy,
+                                       user_sim_checked=True)
         finally:
             if hasattr(policy, "close"):
                 policy.close()
