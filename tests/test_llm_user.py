@@ -392,6 +392,19 @@ def test_acl_eval_refuses_a_missing_simulator_or_key_with_exit_2(tmp_path):
     assert res.returncode == 2 and "ACL_TEST_NO_SUCH_KEY is not set" in res.stderr and not (tmp_path / "out").exists()
 
 
+def test_acl_eval_checks_the_user_simulator_once(tmp_path, monkeypatch):
+    """``acl eval`` checks worlds.user_sim itself, before loading the checkpoint (exit 2 above); the evaluation it
+    then runs does not check it again."""
+    from acl_lib.cli import main
+    from acl_lib.envs import benchmarks_for
+
+    calls, real = [], llm_user.preflight
+    monkeypatch.setattr(llm_user, "preflight", lambda worlds, envs: calls.append(set(envs)) or real(worlds, envs))
+    code = main(["eval", "--model", "null", "--profile", "smoke", "--suites", "in_domain", "--out", str(tmp_path)])
+    assert code == 0 and (tmp_path / "metrics.json").is_file()
+    assert calls == [{b.env for b in benchmarks_for("in_domain")}]
+
+
 def test_an_unreachable_endpoint_or_a_missing_key_is_a_clear_outcome(monkeypatch):
     chat = OpenAIChat(f"http://127.0.0.1:{free_port()}/v1", "m", retries=1, timeout_s=5)
     with pytest.raises(UserSimError, match=r"cannot reach .* \(after 2 tries\)"):

@@ -522,19 +522,20 @@ def sampling_plan(cfg, benches: Sequence[Benchmark], k: int | None = None) -> di
     return plan
 
 
-def _plan(cfg, suites: str | None, k: int | None, benchmarks: list[str] | None):
+def _plan(cfg, suites: str | None, k: int | None, benchmarks: list[str] | None, check_user_sim: bool = True):
     """``(suites, benchmarks, sampling plan)`` of one evaluation, the user simulator checked first (a missing one
-    fails now, not after math and search)."""
+    fails now, not after math and search) unless the caller checked it already."""
     suites = suites or cfg.eval.suites
     benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(suites)
     sampling = sampling_plan(cfg, benches, k)
-    llm_user.preflight(cfg.worlds, {b.env for b in benches})
+    if check_user_sim:
+        llm_user.preflight(cfg.worlds, {b.env for b in benches})
     return suites, benches, sampling
 
 
 def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = None, k: int | None = None,
              policy: Policy | None = None, benchmarks: list[str] | None = None,
-             shard: tuple[int, int] | None = None) -> dict:
+             shard: tuple[int, int] | None = None, user_sim_checked: bool = False) -> dict:
     """Evaluate ``model`` (a checkpoint dir, ``expert`` or ``null``) on the suite; write metrics + records.
 
     Tasks are drawn with the world seed ``cfg.worlds.seed`` (the same benchmark for every training seed). Each
@@ -542,9 +543,10 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
     benchmark's k). A policy built here (no ``policy`` given) is built once for the whole suite and closed at the
     end, its model or vLLM engine released (``close``), so evaluating checkpoints one after another does not pile
     them up. ``shard=(i, n)``: score only every n-th task of each benchmark from the i-th (a shard of
-    ``evaluate_sharded``; its metrics cover that share).
+    ``evaluate_sharded``; its metrics cover that share). ``user_sim_checked``: the caller ran ``llm_user.preflight``
+    for these benchmarks already (``acl eval``, before loading the checkpoint), so it is not run again.
     """
-    suites, benches, sampling = _plan(cfg, suites, k, benchmarks)
+    suites, benches, sampling = _plan(cfg, suites, k, benchmarks, check_user_sim=not user_sim_checked)
     if policy is None and model not in ("expert", "null"):
         # The same samples whatever ran before in this process (a notebook trains first, then evaluates).
         seed_and_threads(cfg.seed, cfg.torch_threads)
