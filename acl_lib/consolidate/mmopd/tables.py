@@ -1,11 +1,25 @@
-"""What notebook 08 shows: the distillation runs' training curves, the single-teacher ablation and a reading
+"""What notebook 08 shows: the runs' specs, the training curves, the single-teacher ablation and a reading
 computed from the scores (the comparison with ``seq_final`` and the oracles: ``consolidate.compare``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from acl_lib.config import setting_text
 from acl_lib.consolidate.merging.tables import merge_reading
+from acl_lib.consolidate.mmopd.specs import DistillSpec
+
+
+def specs_frame(specs: Sequence[DistillSpec]):
+    """The distillation runs: student, teacher of each domain, prompt mixture, alpha."""
+    import pandas as pd
+
+    return pd.DataFrame([{"run": s.name, "student": s.student,
+                          "teachers": ", ".join(f"{d}: {t}" for d, t in s.teachers.items()),
+                          "mixture": ", ".join(f"{d} {w:g}" for d, w in s.mixture.items() if w > 0),
+                          "alpha": "inf (reverse KL only)" if s.alpha is None else setting_text(s.alpha)}
+                         for s in specs]
+                        ).set_index("run")
 
 
 def train_log_frame(seed_dir, runs: Sequence[str]):
