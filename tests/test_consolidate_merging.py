@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from acl_lib import noise, pipeline
-from acl_lib.consolidate import figures, merging
+from acl_lib.consolidate import compare, merging
 from acl_lib.consolidate.merging import MergeSpec, merge_checkpoints, merge_tensor
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
 from acl_lib.eval import harness
@@ -229,16 +229,16 @@ def test_reading_says_what_each_merge_wins_and_loses():
     scores = {"seq_final": final,
               "merge_uniform": {"aime26": 15.0, "nq": 40.0, "retail": 5.0, "ifeval": 70.0, "gpqa": 45.0},
               "merge_ties": {"aime26": 12.0, "nq": 30.0, "retail": 25.0, "ifeval": 80.0, "gpqa": 30.0}}
-    text = figures.merge_reading(scores, ["merge_uniform", "merge_ties"], {"merge_uniform": {"aime26": 14.79}})
+    text = merging.merge_reading(scores, ["merge_uniform", "merge_ties"], {"merge_uniform": {"aime26": 14.79}})
     assert "`merge_uniform` against `seq_final`: wins math (aime26 +5.0), search (nq +10.0); loses ecom (retail -15.0), if (ifeval -10.0)" in text
     assert "largest gain search, largest loss ecom" in text
     assert "`merge_ties` against `seq_final`: wins math (aime26 +2.0), ecom (retail +5.0); loses none" in text
     assert "aime26 15.0 (study 14.8)" in text
     assert "does not hold here: `merge_ties`" in text  # at or above seq_final on all four
     assert "**F8**" in text and "holds here" in text  # uniform: (40 + 5) / 2 < ties (30 + 25) / 2
-    frame = figures.comparison_frame(scores, {"merge_uniform": {"aime26": 14.79}})
+    frame = compare.comparison_frame(scores, {"merge_uniform": {"aime26": 14.79}})
     assert frame.loc["merge_uniform", ("aime26", "study")] == 14.79
-    fig = figures.comparison_figure(scores, {"merge_uniform": {"aime26": 14.79}})
+    fig = compare.comparison_figure(scores, {"merge_uniform": {"aime26": 14.79}})
     assert len(fig.layout.annotations) == 11  # one panel per benchmark
 
 
@@ -324,15 +324,15 @@ def test_a_notebooks_comparison_holds_only_the_runs_it_names(smoke_cfg):
         (smoke_cfg.seed_dir() / name / "eval").mkdir(parents=True)
         if not name.endswith("unscored"):
             (smoke_cfg.seed_dir() / name / "eval" / "metrics.json").write_text(json.dumps({"scores": {"nq": 1.0}}))
-    assert sorted(figures.comparison_scores(smoke_cfg, ["merge_uniform"])) == ["merge_uniform", "oracle_math",
+    assert sorted(compare.comparison_scores(smoke_cfg, ["merge_uniform"])) == ["merge_uniform", "oracle_math",
                                                                             "seq_final"]
-    assert sorted(figures.comparison_scores(smoke_cfg, ["mmopd", "sdft", "merge_ties_unscored"])) == [
+    assert sorted(compare.comparison_scores(smoke_cfg, ["mmopd", "sdft", "merge_ties_unscored"])) == [
         "mmopd", "oracle_math", "sdft", "seq_final"]
     # the same rows with their standard errors (written, or from n_tasks and k), and the table that shows them
     (smoke_cfg.seed_dir() / "mmopd" / "eval" / "metrics.json").write_text(json.dumps(
         {"scores": {"nq": 25.0}, "n_tasks": {"nq": 32}, "k": 1}))
-    se = figures.comparison_standard_errors(smoke_cfg, ["mmopd"])
+    se = compare.comparison_standard_errors(smoke_cfg, ["mmopd"])
     assert sorted(se) == ["mmopd", "oracle_math", "seq_final"] and se["seq_final"]["nq"] is None  # no task count
     assert se["mmopd"]["nq"] == pytest.approx(noise.binomial_se(25.0, 32, 1))
-    frame = figures.comparison_frame(figures.comparison_scores(smoke_cfg, ["mmopd"]), {}, se=se)
+    frame = compare.comparison_frame(compare.comparison_scores(smoke_cfg, ["mmopd"]), {}, se=se)
     assert frame.loc["mmopd", ("nq", "ours")] == f"25.0 ± {noise.binomial_se(25.0, 32, 1):.1f}"

@@ -204,7 +204,7 @@ def test_mmopd_trainer_distils_on_real_worlds_and_routes_by_domain(base_dir, tmp
         seen.append({"domains": list(domains), "groups": groups})
         return groups
 
-    monkeypatch.setattr(mmopd, "route", spy)
+    monkeypatch.setattr(mmopd.training, "route", spy)  # where the trainer looks it up
     out = tmp_path / "mmopd"
     summary = mmopd.train_mmopd(cfg, out, str(base_dir), teachers, {"math": "seq_math", "ecom": "seq_ecom"},
                                 {"math": 1.0, "ecom": 1.0}, alpha=0.0)

@@ -7,8 +7,7 @@ import pandas as pd
 
 from acl_lib import views
 from acl_lib.config import load_config, setting_text
-from acl_lib.consolidate import figures as consolidate_figures
-from acl_lib.consolidate.merging import merge_specs
+from acl_lib.consolidate.merging import merge_specs, specs_frame
 
 
 def test_recipe_table_of_a_mini_stage_shows_learning_rates_as_configured():
@@ -34,5 +33,5 @@ def test_merge_table_shows_densities_as_configured():
     specs = [s for s in merge_specs(cfg, ties_density=0.25, dare_density=0.05) if s.method != "task_arithmetic"]
     assert {s.density for s in specs} == {0.25, 0.05}
     with pd.option_context("display.precision", 1):
-        text = consolidate_figures.specs_frame(specs).to_string()
+        text = specs_frame(specs).to_string()
     assert "0.25" in text and "0.05" in text

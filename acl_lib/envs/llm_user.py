@@ -445,7 +445,7 @@ def use_local_policy(factory: LocalPolicy | None) -> None:
 @contextmanager
 def outside_zero3():
     """Load and run a model as a plain local model, in a DeepSpeed ZeRO-3 training process too (the simulated
-    customer here; MMOPD's frozen teachers, ``consolidate.mmopd.TeacherPool``). Under
+    customer here; MMOPD's frozen teachers, ``consolidate.mmopd.teachers.TeacherPool``). Under
     ZeRO-3 (a GRPO job of the paper profile, whose rollouts play the customer) transformers' ``from_pretrained``
     partitions every model it loads across the ranks, so the simulator's weights were empty placeholders ("'weight'
     must be 2-D" at its first turn), and ``generate`` all-reduces after every token (``synced_gpus``), so a rank

@@ -50,7 +50,7 @@ JOBS = {
     "pretrain": "acl_lib.train.pretrain:train_pretrain",
     "sft": "acl_lib.train.sft:train_sft",
     "grpo": "acl_lib.train.grpo:train_grpo",
-    "mmopd": "acl_lib.consolidate.mmopd:train_mmopd",
+    "mmopd": "acl_lib.consolidate.mmopd.training:train_mmopd",
     "lora_sft": "acl_lib.consolidate.mle.experts:train_lora_sft",
     "lora_grpo": "acl_lib.consolidate.mle.experts:train_lora_grpo",
 }
