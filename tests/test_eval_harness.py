@@ -6,7 +6,8 @@ import pytest
 
 from acl_lib.config import load_config
 from acl_lib.envs import BENCHMARKS, benchmarks_for
-from acl_lib.eval.harness import ExpertPolicy, NullPolicy, default_out_dir, evaluate
+from acl_lib.eval.harness import default_out_dir, evaluate
+from acl_lib.eval.policies import ExpertPolicy, NullPolicy
 
 PAPER_KEYS = {"aime26", "nq", "retail", "ifeval", "gpqa", "mmlu_redux", "single_hop", "multi_hop", "telecom", "mock",
               "ifbench"}
@@ -72,7 +73,7 @@ def test_hf_policy_on_a_real_checkpoint_with_avg_at_k(smoke_cfg, base_dir, tmp_p
 
 
 def test_prompts_beyond_the_context_end_the_episode_with_a_reason(smoke_cfg, base_dir, tmp_path):
-    from acl_lib.eval.harness import HFPolicy
+    from acl_lib.eval.policies import HFPolicy
 
     model = str(base_dir)
     policy = HFPolicy(model, max_new_tokens=8)

@@ -57,7 +57,7 @@ from acl_lib.consolidate.merging import checkpoint_runs
 from acl_lib.diagnostics.weights import checkpoint_parameter_count, weight_change
 from acl_lib.envs import STAGE_ENV
 from acl_lib.envs.llm_user import outside_zero3
-from acl_lib.eval.harness import stop_token_ids
+from acl_lib.eval.policies import stop_token_ids
 from acl_lib.runs import Run, run_once
 from acl_lib.train import common, trl_env
 from acl_lib.train.common import read_log

@@ -25,7 +25,7 @@ import os
 import time
 from pathlib import Path
 
-from acl_lib.eval.harness import stop_token_ids
+from acl_lib.eval.policies import stop_token_ids
 from acl_lib.train import common, trl_env
 
 
