@@ -149,7 +149,7 @@ def test_the_mini_limits_cover_what_the_experts_need():
 def test_a_sharded_evaluation_merges_into_the_unsharded_one(smoke_cfg, base_dir, tmp_path):
     """Issue 32 item 13: evaluate_sharded (two processes, every other task each) writes the metrics and records
     one process writes: same scores, standard errors, failures, and every record in task order."""
-    from acl_lib.eval.harness import evaluate_sharded
+    from acl_lib.eval.sharding import evaluate_sharded
 
     benches = ["aime26", "nq", "retail", "ifeval", "gpqa"]
     for name, model in (("expert", "expert"), ("model", str(base_dir))):

@@ -19,7 +19,7 @@ import torch
 from acl_lib.config import load_config
 from acl_lib.envs import BENCHMARKS
 from acl_lib.envs.base import SingleTurnEpisode, Task
-from acl_lib.eval import harness, policies
+from acl_lib.eval import harness, policies, sharding
 from train_kit import tiny_cfg
 
 torch.set_num_threads(1)
@@ -228,8 +228,9 @@ def test_evaluation_in_a_subprocess_matches_in_process(base_like_dir, tmp_path, 
 
     assert load_config("paper").launcher.eval_subprocess is True
     cfg = tiny_cfg(tmp_path, **{"worlds.n_test": 2, "eval.max_new_tokens": 6})
-    here = harness.evaluate(cfg, str(base_like_dir), tmp_path / "here", benchmarks=["aime26", "ifeval"])
-    there = harness.evaluate_in_subprocess(cfg, str(base_like_dir), tmp_path / "there", benchmarks=["aime26", "ifeval"])
+    benches = ["aime26", "ifeval"]
+    here = harness.evaluate(cfg, str(base_like_dir), tmp_path / "here", benchmarks=benches)
+    there = sharding.evaluate_in_subprocess(cfg, str(base_like_dir), tmp_path / "there", benchmarks=benches)
     for key in ("scores", "n_tasks", "mean_reward", "k", "limits"):
         assert here[key] == there[key], key
     for b in ("aime26", "ifeval"):
@@ -238,4 +239,4 @@ def test_evaluation_in_a_subprocess_matches_in_process(base_like_dir, tmp_path, 
         assert [r["messages"] for r in rows[0]] == [r["messages"] for r in rows[1]]
     assert "eval: 4/4 episodes" in capfd.readouterr().out  # the child's progress line reaches the notebook
     with pytest.raises(RuntimeError, match="in a subprocess failed"):
-        harness.evaluate_in_subprocess(cfg, str(tmp_path / "no_such_model"), tmp_path / "bad", benchmarks=["aime26"])
+        sharding.evaluate_in_subprocess(cfg, str(tmp_path / "no_such_model"), tmp_path / "bad", benchmarks=["aime26"])

@@ -286,7 +286,7 @@ class EvalConfig(_Section):
     max_turns: int = Field(8, ge=1)  # per episode
     batch_size: int = Field(16, ge=1)
     suites: Literal["in_domain", "ood", "all"] = "all"
-    # Processes one evaluation is split over (harness.evaluate_sharded): each scores every n-th task of each
+    # Processes one evaluation is split over (sharding.evaluate_sharded): each scores every n-th task of each
     # benchmark on its own GPU, and the records are merged into one metrics.json. 1: one process.
     shards: int = Field(1, ge=1)
     # Generated tokens per second one shard sustains, for the estimate printed before each evaluation
