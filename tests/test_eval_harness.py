@@ -171,7 +171,7 @@ def test_an_evaluation_estimate_is_logged_before_it_starts(smoke_cfg, base_dir, 
     benchmark (the caps' upper bound, or tokens per episode measured on the base's evaluation) and the hours at
     eval.tokens_per_s on eval.shards processes."""
     from acl_lib import pipeline
-    from acl_lib.eval.harness import evaluation_estimate, format_estimate
+    from acl_lib.eval.sizing import evaluation_estimate, format_estimate
     from acl_lib.runs import Run, run_once
 
     cfg = smoke_cfg.model_copy(update={"eval": smoke_cfg.eval.model_copy(update={"tokens_per_s": 50.0})})

@@ -290,7 +290,7 @@ class EvalConfig(_Section):
     # benchmark on its own GPU, and the records are merged into one metrics.json. 1: one process.
     shards: int = Field(1, ge=1)
     # Generated tokens per second one shard sustains, for the estimate printed before each evaluation
-    # (harness.evaluation_estimate); 0: no time in the estimate. An assumption, not a measurement: set it from a
+    # (sizing.evaluation_estimate); 0: no time in the estimate. An assumption, not a measurement: set it from a
     # run's metrics.json (generated_tokens / generate_seconds).
     tokens_per_s: float = Field(0.0, ge=0)
     # Per benchmark (its key: retail, telecom, ...), limits that replace max_turns / max_new_tokens above, e.g.
