@@ -41,7 +41,18 @@ from acl_lib.atomic import atomic_write_text
 from acl_lib.config import project_root
 from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, llm_user, make_env
 from acl_lib.envs.base import Episode, Task, map_concurrently, prefetch, step_workers
-from acl_lib.eval.policies import FailedTurn, HFPolicy, Policy, make_policy
+from acl_lib.eval.policies import (
+    CountsTokens,
+    FailedTurn,
+    HasTemperature,
+    HasTokenBudget,
+    HFPolicy,
+    Policy,
+    SupportsClose,
+    SupportsForget,
+    TimesGeneration,
+    make_policy,
+)
 from acl_lib.noise import TaskCounts, clustered_se, samples_per_task
 from acl_lib.progress import Progress
 from acl_lib.runs import COMPLETE, CONFIG, FAILED, RUNNING
@@ -58,6 +69,8 @@ PASS_EPS = 1e-9
 def run_episodes(policy: Policy, episodes: list[Episode], batch_size: int = 64,
                  progress: Callable[[int], None] | None = None) -> None:
     """Drive every episode to its end, one assistant turn per round for all active episodes."""
+    # a policy's state per episode (a KV cache, a random stream) is dropped as each episode ends
+    forget = policy.forget if isinstance(policy, SupportsForget) else None
     while True:
         active = [e for e in episodes if not e.done]
         if not active:
@@ -69,8 +82,8 @@ def run_episodes(policy: Policy, episodes: list[Episode], batch_size: int = 64,
             _step_all(chunk, texts)
             for ep in chunk:
                 if ep.done:
-                    if hasattr(policy, "forget"):
-                        policy.forget(ep.task, ep.messages)
+                    if forget is not None:
+                        forget(ep.task, ep.messages)
                     if progress:
                         progress(1)
 
@@ -222,11 +235,11 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
     try:
         return _evaluate(cfg, model, out_dir, suites, sampling, policy, benches, shard)
     finally:
-        if own_policy and hasattr(policy, "close"):
+        if own_policy and isinstance(policy, SupportsClose):
             policy.close()
 
 
-def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]], policy, benches,
+def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]], policy: Policy, benches,
               shard: tuple[int, int] | None = None) -> dict:
     out = Path(out_dir)
     (out / "records").mkdir(parents=True, exist_ok=True)
@@ -247,12 +260,12 @@ def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]
         tokens_by: dict[str, int] = {}
         for b in benches:
             tb = time.perf_counter()
-            tokens_before = getattr(policy, "generated_tokens", None)
+            tokens_before = policy.generated_tokens if isinstance(policy, CountsTokens) else None
             max_turns, max_new_tokens = cfg.eval.limits_for(b.key)
             k, temperature = sampling[b.key]
-            if hasattr(policy, "max_new_tokens"):  # a model's per-turn budget; the scripted policies have none
+            if isinstance(policy, HasTokenBudget):  # a model's per-turn budget; the scripted policies have none
                 policy.max_new_tokens = max_new_tokens
-            if hasattr(policy, "temperature"):  # a model's sampling; the scripted policies have none
+            if isinstance(policy, HasTemperature):  # a model's sampling; the scripted policies have none
                 policy.temperature = temperature
             if isinstance(policy, HFPolicy):
                 # each benchmark's episodes draw from streams of their own seed (HFPolicy.episode_seed): its samples
@@ -270,8 +283,8 @@ def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]
             bar.stats.clear()  # the line shows the last benchmark's score
             bar.update(0, **{b.key: round(summary["score"], 1)})
     metrics = evaluation_metrics(cfg, model, suites, sampling, results, time.perf_counter() - t0, per_bench_seconds,
-                                 limits, getattr(policy, "generated_tokens", None),
-                                 getattr(policy, "generate_seconds", 0.0))
+                                 limits, policy.generated_tokens if isinstance(policy, CountsTokens) else None,
+                                 policy.generate_seconds if isinstance(policy, TimesGeneration) else 0.0)
     if tokens_by:
         metrics["generated_tokens_by_benchmark"] = tokens_by
     if shard is not None:

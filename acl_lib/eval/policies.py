@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from acl_lib.config import UserSimConfig
 from acl_lib.envs import llm_user, scripted_expert
@@ -21,9 +21,57 @@ from acl_lib.eval.turns import ReferenceTurnGenerator, TurnGenerator
 
 
 class Policy(Protocol):
-    """Maps a batch of (task, messages so far) to the next assistant texts (raw, as generated)."""
+    """Maps a batch of (task, messages so far) to the next assistant texts (raw, as generated).
+
+    That is all a policy must do. What else the harness uses where a policy has it is one protocol each below,
+    checked with ``isinstance``: a per-turn token budget and a sampling temperature (a model's; the harness sets
+    each benchmark's own), ``forget`` (called when an episode ends), ``close`` (called when an evaluation that built
+    the policy ends) and the generation counters that go into ``metrics.json``. The scripted policies have none of
+    them; ``HFPolicy`` and ``VLLMPolicy`` have all."""
 
     def __call__(self, batch: Sequence[tuple[Task, list[dict]]]) -> list[str]: ...
+
+
+@runtime_checkable
+class HasTokenBudget(Protocol):
+    """A policy with a per-turn token budget, which the harness sets to each benchmark's ``max_new_tokens``."""
+
+    max_new_tokens: int
+
+
+@runtime_checkable
+class HasTemperature(Protocol):
+    """A policy that samples at a temperature, which the harness sets to each benchmark's own."""
+
+    temperature: float
+
+
+@runtime_checkable
+class SupportsForget(Protocol):
+    """A policy that keeps state per episode (a KV cache, a random stream): told when an episode has ended."""
+
+    def forget(self, task: Task, messages: list[dict]) -> None: ...
+
+
+@runtime_checkable
+class SupportsClose(Protocol):
+    """A policy holding a model or an engine, released by ``close()`` when the evaluation that built it ends."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class CountsTokens(Protocol):
+    """A policy that counts the tokens it has generated (``metrics.json``: ``generated_tokens``)."""
+
+    generated_tokens: int
+
+
+@runtime_checkable
+class TimesGeneration(Protocol):
+    """A policy that times its generation (``metrics.json``: ``generate_seconds``)."""
+
+    generate_seconds: float
 
 
 class ExpertPolicy:
