@@ -7,6 +7,11 @@ A *policy* (``acl_lib.eval.policies``) turns a batch of (task, conversation-so-f
 model (batched ``generate`` on CPU), a vLLM engine (the ``paper`` profile), the scripted experts (``--model
 expert``) or a do-nothing policy (``--model null``), all run through the same episodes.
 
+This module holds the evaluation itself: the episodes (``run_episodes``), the tasks each benchmark draws, the
+benchmark loop (``evaluate``), the scores and ``metrics.json``, and the checks ``acl eval`` runs on its
+arguments. Beside it: ``acl_lib.eval.sharding`` (an evaluation in a child process, or split into shards) and
+``acl_lib.eval.sizing`` (what an evaluation will do, before it starts).
+
 ``acl eval`` writes to a directory of its own (``outputs/eval/<name>-<UTC time>/`` unless ``--out`` says
 otherwise), never into a run of the run store (refused), and all at once: records and metrics are written
 into a temporary directory that is renamed into place. The pipeline's evaluations are runs of their own,
