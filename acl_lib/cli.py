@@ -515,7 +515,7 @@ def cmd_eval(args) -> int:
     from acl_lib.config import ConfigError
     from acl_lib.envs import benchmarks_for
     from acl_lib.envs.llm_user import preflight
-    from acl_lib.eval import harness
+    from acl_lib.eval import harness, policies
     from acl_lib.seeding import seed_and_threads
 
     def usage(msg: str) -> None:
@@ -544,7 +544,7 @@ def cmd_eval(args) -> int:
         # as evaluate() does for a model it loads itself: the same samples whatever ran before
         seed_and_threads(cfg.seed, cfg.torch_threads)
         try:
-            policy = harness.make_policy(args.model, cfg)
+            policy = policies.make_policy(args.model, cfg)
         except Exception as exc:  # a bad checkpoint is a usage error, reported in one paragraph
             first = (str(exc).strip().splitlines() or [""])[0][:300]
             usage(f"--model {args.model}: cannot load it as a checkpoint ({type(exc).__name__}: {first})")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from acl_lib import domains
 from acl_lib.config import Config
-from acl_lib.eval import harness
+from acl_lib.eval import harness, sharding, sizing
 from acl_lib.model import base_checkpoint, shipped
 from acl_lib.model import base_run as _base_run
 from acl_lib.model.corpus import base_corpus as corpus_with_counts
@@ -80,14 +80,14 @@ def evaluate_checkpoint(cfg: Config, trained: Run, same_as: Run | None = None) -
         return run_once(run, copy_eval_fn(source, model=str(model_dir(trained))))
     # in processes of their own: to free the GPU (launcher.eval_subprocess), or one per GPU (eval.shards)
     sub = cfg.launcher.eval_subprocess or cfg.eval.shards > 1
-    score = harness.evaluate_in_subprocess if sub else harness.evaluate
+    score = sharding.evaluate_in_subprocess if sub else harness.evaluate
 
     def fn(r: Run) -> None:
         if cfg.eval.tokens_per_s:  # what the evaluation will take, before it starts (from the base's if scored)
             base_eval = eval_run(cfg, base_run(cfg))
             history = (json.loads((base_eval.path / "metrics.json").read_text())
                        if base_eval.is_complete() and base_eval.path != r.path else None)
-            r.logger.info(harness.format_estimate(harness.evaluation_estimate(cfg, history=history)))
+            r.logger.info(sizing.format_estimate(sizing.evaluation_estimate(cfg, history=history)))
         score(cfg, str(model_dir(trained)), r.path, suites="all")
 
     return run_once(run, fn)

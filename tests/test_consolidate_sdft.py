@@ -13,7 +13,8 @@ from acl_lib.config import load_config
 from acl_lib.consolidate import sdft
 from acl_lib.envs import make_env, scripted_expert
 from acl_lib.envs.base import Episode
-from acl_lib.eval.harness import ExpertPolicy, run_episodes
+from acl_lib.eval.harness import run_episodes
+from acl_lib.eval.policies import ExpertPolicy
 from acl_lib.pipeline import build_base
 from acl_lib.runs import run_once
 from acl_lib.train.sft import train_sft

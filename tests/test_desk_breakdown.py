@@ -6,7 +6,8 @@ from pathlib import Path
 
 from acl_lib.config import load_config
 from acl_lib.envs import BENCHMARKS
-from acl_lib.eval.harness import ExpertPolicy, benchmark_size, evaluate_benchmark, world
+from acl_lib.eval.harness import benchmark_size, evaluate_benchmark, world
+from acl_lib.eval.policies import ExpertPolicy
 from bench_kit import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -47,7 +47,7 @@ def prompts(base):
 
 @pytest.fixture(scope="module")
 def stops(base):
-    from acl_lib.eval.harness import stop_token_ids
+    from acl_lib.eval.policies import stop_token_ids
 
     return stop_token_ids(base[1])
 
@@ -174,7 +174,8 @@ def test_engine_greedy_transcripts_equal_generate_in_every_world(tmp_path):
     """The harness with the engine and with transformers' ``generate`` (one row at a time, whole prompts), on the
     shipped mini base, in every world of the suite: the same transcripts, episode by episode."""
     from acl_lib.config import load_config
-    from acl_lib.eval.harness import HFPolicy, evaluate
+    from acl_lib.eval.harness import evaluate
+    from acl_lib.eval.policies import HFPolicy
     from acl_lib.model.shipped import shipped_dir
 
     cfg = load_config("smoke", [f"output_dir={tmp_path}", "worlds.n_test=3", "worlds.n_ood=2", "eval.max_turns=4",

@@ -6,7 +6,8 @@ import pytest
 
 from acl_lib.config import load_config
 from acl_lib.envs import BENCHMARKS, benchmarks_for
-from acl_lib.eval.harness import ExpertPolicy, NullPolicy, default_out_dir, evaluate
+from acl_lib.eval.harness import default_out_dir, evaluate
+from acl_lib.eval.policies import ExpertPolicy, NullPolicy
 
 PAPER_KEYS = {"aime26", "nq", "retail", "ifeval", "gpqa", "mmlu_redux", "single_hop", "multi_hop", "telecom", "mock",
               "ifbench"}
@@ -72,7 +73,7 @@ def test_hf_policy_on_a_real_checkpoint_with_avg_at_k(smoke_cfg, base_dir, tmp_p
 
 
 def test_prompts_beyond_the_context_end_the_episode_with_a_reason(smoke_cfg, base_dir, tmp_path):
-    from acl_lib.eval.harness import HFPolicy
+    from acl_lib.eval.policies import HFPolicy
 
     model = str(base_dir)
     policy = HFPolicy(model, max_new_tokens=8)
@@ -148,7 +149,7 @@ def test_the_mini_limits_cover_what_the_experts_need():
 def test_a_sharded_evaluation_merges_into_the_unsharded_one(smoke_cfg, base_dir, tmp_path):
     """Issue 32 item 13: evaluate_sharded (two processes, every other task each) writes the metrics and records
     one process writes: same scores, standard errors, failures, and every record in task order."""
-    from acl_lib.eval.harness import evaluate_sharded
+    from acl_lib.eval.sharding import evaluate_sharded
 
     benches = ["aime26", "nq", "retail", "ifeval", "gpqa"]
     for name, model in (("expert", "expert"), ("model", str(base_dir))):
@@ -170,7 +171,7 @@ def test_an_evaluation_estimate_is_logged_before_it_starts(smoke_cfg, base_dir, 
     benchmark (the caps' upper bound, or tokens per episode measured on the base's evaluation) and the hours at
     eval.tokens_per_s on eval.shards processes."""
     from acl_lib import pipeline
-    from acl_lib.eval.harness import evaluation_estimate, format_estimate
+    from acl_lib.eval.sizing import evaluation_estimate, format_estimate
     from acl_lib.runs import Run, run_once
 
     cfg = smoke_cfg.model_copy(update={"eval": smoke_cfg.eval.model_copy(update={"tokens_per_s": 50.0})})

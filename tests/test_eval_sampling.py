@@ -16,7 +16,8 @@ import pytest
 from acl_lib import final, views
 from acl_lib.config import ConfigError, load_config
 from acl_lib.envs import BENCHMARKS
-from acl_lib.eval.harness import NullPolicy, evaluate, format_scores, sampling_plan
+from acl_lib.eval.harness import evaluate, format_scores, sampling_plan
+from acl_lib.eval.policies import NullPolicy
 from acl_lib.noise import binomial_se, clustered_se, read_task_counts, samples_per_task, score_se
 
 AVG4 = ["eval.limits.aime26.k=4", "eval.limits.aime26.temperature=0.7"]
@@ -110,7 +111,7 @@ def test_the_vllm_policy_samples_each_benchmark_at_its_temperature(base_dir, tmp
     """The paper profile's backend: each request carries its benchmark's temperature (an engine stand-in)."""
     from types import SimpleNamespace
 
-    from acl_lib.eval.harness import VLLMPolicy
+    from acl_lib.eval.policies import VLLMPolicy
 
     class Engine:
         def __init__(self):

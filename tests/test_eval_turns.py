@@ -86,7 +86,8 @@ def test_greedy_transcripts_are_the_same_with_cached_turns_in_every_world(tmp_pa
     """The harness before (every prompt re-encoded whole) and after (per-episode caches), on the shipped mini
     base, in every world of the suite: the same transcripts, episode by episode."""
     from acl_lib.config import load_config
-    from acl_lib.eval.harness import HFPolicy, evaluate
+    from acl_lib.eval.harness import evaluate
+    from acl_lib.eval.policies import HFPolicy
     from acl_lib.model.shipped import shipped_dir
 
     cfg = load_config("smoke", [f"output_dir={tmp_path}", "worlds.n_test=3", "worlds.n_ood=2", "eval.max_turns=4"])

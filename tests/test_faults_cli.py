@@ -245,7 +245,7 @@ class _DiesMidway:
     name = "dies"
 
     def __init__(self, calls: int):
-        from acl_lib.eval.harness import ExpertPolicy
+        from acl_lib.eval.policies import ExpertPolicy
 
         self.expert, self.left = ExpertPolicy(), calls
 

@@ -30,7 +30,7 @@ from acl_lib.envs import llm_user
 from acl_lib.envs.llm_user import GREETING, LLMUser, OpenAIChat, UserSimError
 from acl_lib.envs.mock import MockEnv
 from acl_lib.envs.retail import RetailEnv
-from acl_lib.eval import harness  # hands llm_user the evaluator's policies for the local backends (hf here)
+from acl_lib.eval import policies  # hands llm_user the evaluator's policies for the local backends (hf here)
 from conftest import ROOT, child_env, free_port
 
 TAU2 = ROOT / "tests" / "data" / "tau2"
@@ -172,8 +172,8 @@ def test_turn_limit_and_transfer_signals():
 
 def test_a_local_simulating_model_is_loaded_by_the_policy_handed_down(monkeypatch):
     """The simulator (envs layer) never imports the evaluator (the layer above): a local model is loaded by the
-    factory the evaluator hands it (``use_local_policy``; ``acl_lib.eval.harness`` does on import)."""
-    assert llm_user._LOCAL_POLICY is harness.user_simulator_policy
+    factory the evaluator hands it (``use_local_policy``; ``acl_lib.eval.policies`` does on import)."""
+    assert llm_user._LOCAL_POLICY is policies.user_simulator_policy
     monkeypatch.setattr(llm_user, "_SIMULATORS", {})
     monkeypatch.setattr(llm_user, "_LOCAL_POLICY", None)
     with pytest.raises(RuntimeError, match="use_local_policy"):

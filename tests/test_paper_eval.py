@@ -19,7 +19,7 @@ import torch
 from acl_lib.config import load_config
 from acl_lib.envs import BENCHMARKS
 from acl_lib.envs.base import SingleTurnEpisode, Task
-from acl_lib.eval import harness
+from acl_lib.eval import harness, policies, sharding
 from train_kit import tiny_cfg
 
 torch.set_num_threads(1)
@@ -71,7 +71,7 @@ def _task() -> Task:
 
 
 def test_base_model_turn_stops_at_im_end(base_like_dir):
-    policy = harness.HFPolicy(str(base_like_dir), max_new_tokens=40)
+    policy = policies.HFPolicy(str(base_like_dir), max_new_tokens=40)
     assert policy.tok.eos_token == "<|endoftext|>"
     script, first, after = _script(policy.tok)
     policy.model.lm_head = _Scripted(script, policy.model.config.vocab_size)
@@ -83,12 +83,12 @@ def test_base_model_turn_stops_at_im_end(base_like_dir):
 
 
 def test_hf_policy_runs_on_the_available_device_and_releases_it(base_like_dir, monkeypatch):
-    assert harness.eval_device() == torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    assert harness.eval_device("cpu") == torch.device("cpu")
-    policy = harness.HFPolicy(str(base_like_dir), max_new_tokens=4)
-    assert next(policy.model.parameters()).device.type == harness.eval_device().type == policy.device.type
+    assert policies.eval_device() == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert policies.eval_device("cpu") == torch.device("cpu")
+    policy = policies.HFPolicy(str(base_like_dir), max_new_tokens=4)
+    assert next(policy.model.parameters()).device.type == policies.eval_device().type == policy.device.type
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert harness.eval_device() == torch.device("cuda")  # a GPU machine evaluates on its GPU
+    assert policies.eval_device() == torch.device("cuda")  # a GPU machine evaluates on its GPU
     emptied = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
     policy.close()
@@ -127,14 +127,14 @@ class _FakeEngine:
 
 def test_vllm_engine_and_sampling_arguments():
     cfg = load_config("paper")
-    args = harness.vllm_engine_args("Qwen/Qwen3-8B-Base", cfg.model.dtype, cfg.model.max_position_embeddings,
+    args = policies.vllm_engine_args("Qwen/Qwen3-8B-Base", cfg.model.dtype, cfg.model.max_position_embeddings,
                                     seed=cfg.seed)
     assert args["max_model_len"] == 32768 == cfg.model.max_position_embeddings
     assert args["dtype"] == "bfloat16" and args["model"] == args["tokenizer"] == "Qwen/Qwen3-8B-Base"
     assert args["enable_prefix_caching"] is True
     with pytest.raises(ValueError):
-        harness.vllm_engine_args("m", "bfloat16", 0)
-    sp = harness.vllm_sampling_args([7, 9], 8192, 0.6, 0.95)
+        policies.vllm_engine_args("m", "bfloat16", 0)
+    sp = policies.vllm_sampling_args([7, 9], 8192, 0.6, 0.95)
     assert sp == {"max_tokens": 8192, "temperature": 0.6, "top_p": 0.95, "stop_token_ids": [7, 9],
                   "skip_special_tokens": True, "n": 1}
     if shutil.which("nvidia-smi"):  # where vLLM is installed, its own classes take the arguments
@@ -148,7 +148,7 @@ def test_vllm_policy_stops_at_im_end_and_guards_the_context(base_like_dir):
     tok = AutoTokenizer.from_pretrained(base_like_dir)
     script, first, _ = _script(tok)
     engine = _FakeEngine(script)
-    policy = harness.VLLMPolicy(str(base_like_dir), max_new_tokens=16, temperature=0.6, top_p=0.95,
+    policy = policies.VLLMPolicy(str(base_like_dir), max_new_tokens=16, temperature=0.6, top_p=0.95,
                                 max_model_len=200, llm=engine, sampling_params=lambda **kw: kw)
     short = [{"role": "user", "content": "What is 3+4?"}]
     long = [{"role": "user", "content": "word " * 400}]  # far past 200 - 16 tokens
@@ -174,15 +174,15 @@ def test_vllm_policy_stops_at_im_end_and_guards_the_context(base_like_dir):
 def test_make_policy_wires_the_config_into_vllm(monkeypatch, tmp_path):
     seen = {}
 
-    class Probe(harness.VLLMPolicy):
+    class Probe(policies.VLLMPolicy):
         def __init__(self, *a, **kw):
             seen.update(kw)
             raise RuntimeError("stop here")
 
-    monkeypatch.setattr(harness, "VLLMPolicy", Probe)
+    monkeypatch.setattr(policies, "VLLMPolicy", Probe)
     cfg = load_config("paper", overrides={"output_dir": str(tmp_path)})
     with pytest.raises(RuntimeError, match="stop here"):
-        harness.make_policy("Qwen/Qwen3-8B-Base", cfg)
+        policies.make_policy("Qwen/Qwen3-8B-Base", cfg)
     assert seen["max_model_len"] == cfg.model.max_position_embeddings and seen["dtype"] == "bfloat16"
 
 
@@ -228,8 +228,9 @@ def test_evaluation_in_a_subprocess_matches_in_process(base_like_dir, tmp_path, 
 
     assert load_config("paper").launcher.eval_subprocess is True
     cfg = tiny_cfg(tmp_path, **{"worlds.n_test": 2, "eval.max_new_tokens": 6})
-    here = harness.evaluate(cfg, str(base_like_dir), tmp_path / "here", benchmarks=["aime26", "ifeval"])
-    there = harness.evaluate_in_subprocess(cfg, str(base_like_dir), tmp_path / "there", benchmarks=["aime26", "ifeval"])
+    benches = ["aime26", "ifeval"]
+    here = harness.evaluate(cfg, str(base_like_dir), tmp_path / "here", benchmarks=benches)
+    there = sharding.evaluate_in_subprocess(cfg, str(base_like_dir), tmp_path / "there", benchmarks=benches)
     for key in ("scores", "n_tasks", "mean_reward", "k", "limits"):
         assert here[key] == there[key], key
     for b in ("aime26", "ifeval"):
@@ -238,4 +239,4 @@ def test_evaluation_in_a_subprocess_matches_in_process(base_like_dir, tmp_path, 
         assert [r["messages"] for r in rows[0]] == [r["messages"] for r in rows[1]]
     assert "eval: 4/4 episodes" in capfd.readouterr().out  # the child's progress line reaches the notebook
     with pytest.raises(RuntimeError, match="in a subprocess failed"):
-        harness.evaluate_in_subprocess(cfg, str(tmp_path / "no_such_model"), tmp_path / "bad", benchmarks=["aime26"])
+        sharding.evaluate_in_subprocess(cfg, str(tmp_path / "no_such_model"), tmp_path / "bad", benchmarks=["aime26"])

@@ -362,12 +362,12 @@ def test_paper_profile_rehearsal(qwen3_dir, layout, tmp_path, monkeypatch):
 def test_what_needs_a_gpu_is_rendered_from_the_paper_profile(qwen3_tok, tmp_path):
     from types import SimpleNamespace
 
-    from acl_lib.eval import harness
+    from acl_lib.eval import policies
     from acl_lib.train.grpo import grpo_args
 
     cfg = load_config("paper", overrides={"output_dir": str(tmp_path / "outputs")})
     tok = qwen3_tok
-    stops = harness.stop_token_ids(tok)
+    stops = policies.stop_token_ids(tok)
     vocab = tok.get_vocab()
     assert stops == sorted({vocab[IM_END], vocab[ENDOFTEXT]})  # a turn ends at <|im_end|> whatever the eos
 
@@ -390,12 +390,12 @@ def test_what_needs_a_gpu_is_rendered_from_the_paper_profile(qwen3_tok, tmp_path
             captured["params"] = params
             return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=[vocab[IM_END]])]) for _ in prompts]
 
-    engine_args = harness.vllm_engine_args("Qwen/Qwen3-8B-Base", cfg.model.dtype, cfg.model.max_position_embeddings,
+    engine_args = policies.vllm_engine_args("Qwen/Qwen3-8B-Base", cfg.model.dtype, cfg.model.max_position_embeddings,
                                            seed=cfg.seed)
     assert engine_args == {"model": "Qwen/Qwen3-8B-Base", "tokenizer": "Qwen/Qwen3-8B-Base", "dtype": "bfloat16",
                            "max_model_len": 32768, "seed": 0, "enable_prefix_caching": True,
                            "gpu_memory_utilization": 0.9}
-    sampling = harness.vllm_sampling_args(stops, cfg.eval.max_new_tokens, cfg.eval.temperature, cfg.eval.top_p)
+    sampling = policies.vllm_sampling_args(stops, cfg.eval.max_new_tokens, cfg.eval.temperature, cfg.eval.top_p)
     assert sampling == {"max_tokens": 8192, "temperature": 0.6, "top_p": 0.95, "stop_token_ids": stops,
                         "skip_special_tokens": True, "n": 1}
     assert cfg.eval.max_new_tokens < cfg.model.max_position_embeddings  # the context guard leaves room for a prompt
@@ -411,7 +411,7 @@ def test_the_customer_model_loads_whole_inside_a_zero3_job(monkeypatch):
 
     from acl_lib.config import UserSimConfig
     from acl_lib.envs import llm_user
-    from acl_lib.eval import harness  # noqa: F401 - hands llm_user the evaluator's policies (backend hf)
+    from acl_lib.eval import policies  # noqa: F401 - hands llm_user the evaluator's policies (backend hf)
 
     monkeypatch.setattr(llm_user, "_SIMULATORS", {})
     ds = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})

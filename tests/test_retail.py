@@ -485,7 +485,8 @@ def test_the_mini_world_can_be_restricted_to_some_task_kinds_and_email_identific
     assert {t.meta["kind"] for t in tasks} == {"order_status", "cancel"}
     assert all(t.answer["actions"][0]["name"] == "find_user_id_by_email" for t in tasks)
     # every task still passes with the expert, on the same 16 tools and database-equality reward
-    from acl_lib.eval.harness import ExpertPolicy, run_episodes
+    from acl_lib.eval.harness import run_episodes
+    from acl_lib.eval.policies import ExpertPolicy
 
     episodes = [env.start(t, max_turns=16) for t in tasks]
     run_episodes(ExpertPolicy(), episodes)

@@ -468,7 +468,8 @@ def test_search_many_is_search_for_every_query(mini_env):
 def test_a_rounds_searches_are_retrieved_in_one_batch(mini_env, tmp_path):
     """The evaluator hands a round's turns to SearchEpisode.prefetch first: one search_many per round of turns
     instead of one search per episode, with the same scores and transcripts."""
-    from acl_lib.eval.harness import ExpertPolicy, run_episodes
+    from acl_lib.eval.harness import run_episodes
+    from acl_lib.eval.policies import ExpertPolicy
 
     calls = {"many": [], "one": 0}
     r = mini_env.retriever

@@ -342,7 +342,7 @@ def test_the_local_backends_render_the_tools_through_the_chat_template():
 
     seen = []
 
-    class Policy:  # the interface of eval.harness.HFPolicy / VLLMPolicy: [(task, messages)] -> [text]
+    class Policy:  # the interface of eval.policies.HFPolicy / VLLMPolicy: [(task, messages)] -> [text]
         max_new_tokens = 8
 
         def __call__(self, batch):

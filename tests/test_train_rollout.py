@@ -254,17 +254,17 @@ def test_grpo_trainer_rollout_stops_at_the_models_context(base_dir, tmp_path, mo
 def test_a_turn_ends_the_same_way_in_training_and_evaluation(base_dir, end):
     """Real ``generate`` on both paths, the model's output layer scripted to write "Answer: 7", then ``end``
     (a stop token, or nothing: the turn runs into its token cap), then an invented next turn. Both paths end the
-    turn by ``harness.split_turn``: at either stop token a normal turn with the same text (training keeps the
+    turn by ``policies.split_turn``: at either stop token a normal turn with the same text (training keeps the
     sampled stop token in the completion); without one, the same cut-off text, which training scores as a
     truncation (the rollout budget rule) while evaluation scores the text as written."""
     from types import SimpleNamespace
 
     from acl_lib.envs.base import SingleTurnEpisode, Task
-    from acl_lib.eval import harness
+    from acl_lib.eval import harness, policies
     from test_paper_eval import _Scripted
 
     cap = 12
-    policy = harness.HFPolicy(str(base_dir), max_new_tokens=cap)
+    policy = policies.HFPolicy(str(base_dir), max_new_tokens=cap)
     tok, model = policy.tok, policy.model
     assert {tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")} == set(policy.stop_ids)
     text_ids = tok("Answer: 7", add_special_tokens=False)["input_ids"]
@@ -289,7 +289,7 @@ def test_a_turn_ends_the_same_way_in_training_and_evaluation(base_dir, end):
         assert tr.messages == ev.messages and tr.reward() == ev.reward() == 1.0
         assert tr.failure is None and ev.failure is None
     else:
-        assert harness.split_turn(script[:cap], policy.stop_ids)[1] is None
+        assert policies.split_turn(script[:cap], policy.stop_ids)[1] is None
         assert len(r.completion_ids) == cap and r.truncated
         assert tr.reward() == 0.0 and "turn cut off" in tr.failure
         assert ev.reward() == 0.0 and ev.failure == "wrong"  # scored as written

@@ -109,7 +109,7 @@ def test_sft_trains_on_assistant_tokens_only_and_resumes(base_dir, tmp_path):
 def test_collect_demos_from_a_model_teacher_reuses_each_episodes_cache(base_dir):
     """A model teacher goes through the evaluator's HFPolicy: its multi-turn episodes encode only what is new
     at every turn; what it fails is rejected with a reason."""
-    from acl_lib.eval.harness import HFPolicy
+    from acl_lib.eval.policies import HFPolicy
 
     env = DeskEnv()
     teacher = HFPolicy(base_dir, max_new_tokens=8, batch_size=4)

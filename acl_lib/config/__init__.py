@@ -282,11 +282,11 @@ class EvalConfig(_Section):
     max_turns: int = Field(8, ge=1)  # per episode
     batch_size: int = Field(16, ge=1)
     suites: Literal["in_domain", "ood", "all"] = "all"
-    # Processes one evaluation is split over (harness.evaluate_sharded): each scores every n-th task of each
+    # Processes one evaluation is split over (sharding.evaluate_sharded): each scores every n-th task of each
     # benchmark on its own GPU, and the records are merged into one metrics.json. 1: one process.
     shards: int = Field(1, ge=1)
     # Generated tokens per second one shard sustains, for the estimate printed before each evaluation
-    # (harness.evaluation_estimate); 0: no time in the estimate. An assumption, not a measurement: set it from a
+    # (sizing.evaluation_estimate); 0: no time in the estimate. An assumption, not a measurement: set it from a
     # run's metrics.json (generated_tokens / generate_seconds).
     tokens_per_s: float = Field(0.0, ge=0)
     # Per benchmark (its key: retail, telecom, ...), limits that replace max_turns / max_new_tokens above, e.g.

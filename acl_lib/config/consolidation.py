@@ -122,7 +122,7 @@ class LauncherConfig(_Section):
     # ~30% more compute for memory that grows with layers only, not layers x tokens. Off for the small CPU models
     # (nothing to save, and slower); on for 8B at 16k-32k tokens per sequence (paper), which would not fit without.
     activation_checkpointing: bool = False
-    # Evaluate each checkpoint in a Python process of its own (acl_lib.eval.harness.evaluate_in_subprocess): the
+    # Evaluate each checkpoint in a Python process of its own (acl_lib.eval.sharding.evaluate_in_subprocess): the
     # GPU memory of its model / vLLM engine is freed when the process ends, before the next checkpoint's.
     eval_subprocess: bool = False
     # How long a rank waits in a collective for the others (TrainingArguments.ddp_timeout, torch's default 1800 s).

@@ -41,7 +41,8 @@ import numpy as np
 from acl_lib.atomic import atomic_write_text
 from acl_lib.diagnostics.weights import _progress
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
-from acl_lib.eval.harness import benchmark_size, eval_device, world
+from acl_lib.eval.harness import benchmark_size, world
+from acl_lib.eval.policies import eval_device
 from acl_lib.pipeline import sequential_run
 from acl_lib.runs import Run, run_once
 from acl_lib.steps import stage_notebook

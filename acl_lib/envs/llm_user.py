@@ -37,8 +37,8 @@ language model to play. This module is that player:
 
 The simulating model (``worlds.user_sim``, ``config.UserSimConfig``) is any policy the suite has, or an endpoint:
 
-- ``hf``: ``eval.harness.HFPolicy`` on a local model directory or hub id;
-- ``vllm``: ``eval.harness.VLLMPolicy`` (GPU machines);
+- ``hf``: ``eval.policies.HFPolicy`` on a local model directory or hub id;
+- ``vllm``: ``eval.policies.VLLMPolicy`` (GPU machines);
 
   both handed down by the evaluation layer (``use_local_policy``), which this module, below it, never imports;
 - ``openai``: ``OpenAIChat``, a client of an OpenAI-compatible ``POST {url}/chat/completions`` (the OpenAI API,
@@ -430,7 +430,7 @@ _SIMULATORS: dict[str, Chat] = {}
 
 # How a local simulating model (backends hf, vllm) is loaded: ``factory(cfg, model) -> policy``, a policy of the
 # evaluation layer (a batch of (task, messages) -> texts). That layer is above this one, so it hands its factory
-# down (``acl_lib.eval.harness`` does when it is imported) instead of being imported here.
+# down (``acl_lib.eval.policies`` does when it is imported, as the harness does) instead of being imported here.
 LocalPolicy = Callable[[UserSimConfig, str], Any]
 _LOCAL_POLICY: LocalPolicy | None = None
 
@@ -485,7 +485,7 @@ def simulator_for(cfg: UserSimConfig, local_policy: LocalPolicy | None = None) -
                 raise RuntimeError(
                     f"worlds.user_sim.backend={cfg.backend} plays the customer with one of the suite's policies, and "
                     "none was handed to this process (acl_lib.envs.llm_user.use_local_policy; importing "
-                    "acl_lib.eval.harness hands it its own)")
+                    "acl_lib.eval.policies or acl_lib.eval.harness hands it its own)")
             # a relative directory is the checkout's (acl_lib/data/mini_base), wherever the process runs (notebooks/)
             local = project_root() / cfg.model
             model = str(local) if not Path(cfg.model).is_absolute() and local.is_dir() else cfg.model

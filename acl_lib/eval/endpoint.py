@@ -9,7 +9,7 @@ A request carries the episode's messages (tool calls with ids, tool results answ
 schemas; a reply's structured ``tool_calls`` become ``<tool_call>`` blocks in the Qwen3 convention, so the
 environment parses them exactly as it parses a local model's (a call the endpoint returned unreadable becomes a
 malformed block: a protocol error). A request that fails after the client's retries ends its episode with the
-reason (``harness.FailedTurn``), never the run. Up to ``concurrency`` requests are in flight at once.
+reason (``policies.FailedTurn``), never the run. Up to ``concurrency`` requests are in flight at once.
 
 Used for the cold start's teacher (``sft.teacher`` with ``sft.teacher_url``, ``acl_lib.train.stage``).
 """
@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from acl_lib.chat import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolCall, format_tool_call
 from acl_lib.envs.base import Task
 from acl_lib.envs.llm_user import OpenAIChat, UserSimError
-from acl_lib.eval.harness import FailedTurn
+from acl_lib.eval.policies import FailedTurn
 
 # What an agent's message may carry to the endpoint (episodes also keep notes for the record: malformed_calls).
 _MESSAGE_KEYS = ("role", "content", "tool_calls", "name")

@@ -3,9 +3,14 @@
     evaluate(cfg, model="outputs/mini/seed0/seq_math/model", out_dir=...)
 
 or from the command line, ``acl eval --model ... --profile mini [--suites all] [--k 4]`` (``acl_lib.cli``).
-A *policy* turns a batch of (task, conversation-so-far) into assistant texts: a HF model (batched ``generate`` on
-CPU), a vLLM engine (the ``paper`` profile), the scripted experts (``--model expert``) or a do-nothing policy
-(``--model null``), all run through the same episodes.
+A *policy* (``acl_lib.eval.policies``) turns a batch of (task, conversation-so-far) into assistant texts: a HF
+model (batched ``generate`` on CPU), a vLLM engine (the ``paper`` profile), the scripted experts (``--model
+expert``) or a do-nothing policy (``--model null``), all run through the same episodes.
+
+This module holds the evaluation itself: the episodes (``run_episodes``), the tasks each benchmark draws, the
+benchmark loop (``evaluate``), the scores and ``metrics.json``, and the checks ``acl eval`` runs on its
+arguments. Beside it: ``acl_lib.eval.sharding`` (an evaluation in a child process, or split into shards) and
+``acl_lib.eval.sizing`` (what an evaluation will do, before it starts).
 
 ``acl eval`` writes to a directory of its own (``outputs/eval/<name>-<UTC time>/`` unless ``--out`` says
 otherwise), never into a run of the run store (refused), and all at once: records and metrics are written
@@ -36,13 +41,23 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC
 from pathlib import Path
-from typing import Protocol
 
 from acl_lib.atomic import atomic_write_text
-from acl_lib.config import Config, UserSimConfig, project_root
-from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, llm_user, make_env, scripted_expert
+from acl_lib.config import project_root
+from acl_lib.envs import BENCHMARKS, Benchmark, benchmarks_for, llm_user, make_env
 from acl_lib.envs.base import Episode, Task, map_concurrently, prefetch, step_workers
-from acl_lib.eval.turns import ReferenceTurnGenerator, TurnGenerator
+from acl_lib.eval.policies import (
+    CountsTokens,
+    FailedTurn,
+    HasTemperature,
+    HasTokenBudget,
+    HFPolicy,
+    Policy,
+    SupportsClose,
+    SupportsForget,
+    TimesGeneration,
+    make_policy,
+)
 from acl_lib.noise import TaskCounts, clustered_se, samples_per_task
 from acl_lib.progress import Progress
 from acl_lib.runs import COMPLETE, CONFIG, FAILED, RUNNING
@@ -53,342 +68,14 @@ log = logging.getLogger(__name__)
 PASS_EPS = 1e-9
 
 
-class Policy(Protocol):
-    """Maps a batch of (task, messages so far) to the next assistant texts (raw, as generated)."""
-
-    def __call__(self, batch: Sequence[tuple[Task, list[dict]]]) -> list[str]: ...
-
-
-# --- policies ---------------------------------------------------------------------------------------
-
-
-class ExpertPolicy:
-    """The scripted experts of every world, behind the policy interface."""
-
-    name = "expert"
-
-    def __call__(self, batch):
-        return [scripted_expert(task.domain)(task, messages) for task, messages in batch]
-
-
-class FailedTurn(str):
-    """What a policy returns for a turn it could not produce (an endpoint's failed request): an empty text that
-    ends its episode with ``reason`` as the failure (``run_episodes``)."""
-
-    def __new__(cls, reason: str):
-        turn = super().__new__(cls, "")
-        turn.reason = reason
-        return turn
-
-
-class NullPolicy:
-    """A policy that does nothing (empty turns): the floor every benchmark should score about 0 on."""
-
-    name = "null"
-
-    def __call__(self, batch):
-        return ["" for _ in batch]
-
-
-# Where an assistant turn ends in the Qwen3 chat convention, and the end of a document. A base model's eos is
-# often the latter only (Qwen3-8B-Base: ``<|endoftext|>``): without ``<|im_end|>`` as a stop it writes past the
-# end of its turn, inventing the user's next message, until the turn's token budget runs out.
-STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
-
-
-def stop_token_ids(tok) -> list[int]:
-    """Token ids generation stops at: the tokenizer's eos plus each of ``STOP_TOKENS`` the vocabulary has."""
-    vocab = tok.get_vocab()
-    ids = [tok.eos_token_id] if tok.eos_token_id is not None else []
-    ids += [vocab[t] for t in STOP_TOKENS if t in vocab]
-    if not ids:
-        raise ValueError("the tokenizer has no eos token and none of " + ", ".join(STOP_TOKENS))
-    return sorted(set(ids))
-
-
-def split_turn(ids: Sequence[int], stops) -> tuple[list[int], int | None]:
-    """Where a generated assistant turn ends: the one rule of evaluation and GRPO rollouts (``trl_env``).
-
-    Returns ``(text_ids, stop)``: the ids before the first of ``stops`` (``stop_token_ids``) and that stop token,
-    a normal end of turn whichever stop it is; ``stop`` is None when no stop token came, i.e. the turn was cut
-    off by its token budget, and every id is text. Ids after the first stop are dropped.
-    """
-    stops = set(stops)
-    j = next((j for j, t in enumerate(ids) if t in stops), None)
-    return (list(ids), None) if j is None else (list(ids[:j]), ids[j])
-
-
-def cut_at_stop(ids: list[int], stops) -> list[int]:
-    """``ids`` up to (not including) the first stop token (``split_turn``)."""
-    return split_turn(ids, stops)[0]
-
-
-def eval_device(device: str | None = None):
-    """The device a policy runs its model on: ``device`` if given, else the first GPU when there is one."""
-    import torch
-
-    if device:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def release_accelerator_memory() -> None:
-    """Free what a dropped model or engine held: garbage-collect, then return cached CUDA blocks to the driver
-    (only where CUDA is there: a CPU build of torch has nothing to empty)."""
-    import gc
-
-    gc.collect()
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-class HFPolicy:
-    """A local model behind the suite's engine (``acl_lib.eval.engine``) with the tokenizer's chat template, on the
-    first GPU if there is one (else the CPU, or ``device``), each episode's KV cache kept across its turns
-    (``acl_lib.eval.turns``): a turn encodes only what is new since the episode's last turn. ``reuse_kv=False``
-    re-encodes every prompt whole; ``reference=True`` generates with transformers' ``model.generate`` one row at a
-    time, greedy (what the engine is tested against). A turn ends at the tokenizer's eos or ``<|im_end|>``
-    (``stop_token_ids``). Sampled episodes draw from streams of their own (``episode_seed``).
-
-    Prompts longer than the model's context minus ``max_new_tokens`` are not generated: the episode ends
-    with a "context limit" failure (``context_overflow`` marks them with ``None``). ``close()`` drops the model.
-    """
-
-    def __init__(self, model_dir: str, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 batch_size: int = 16, dtype: str = "float32", reuse_kv: bool = True, device: str | None = None,
-                 reference: bool = False):
-        import torch  # torch and transformers load when a model does: importing the harness stays cheap
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        device = eval_device(device)
-        tok = AutoTokenizer.from_pretrained(model_dir)
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device)
-        self._setup(str(model_dir), model.eval(), tok, device, max_new_tokens, temperature, top_p, batch_size,
-                    ReferenceTurnGenerator if reference else TurnGenerator, reuse=reuse_kv)
-
-    def _setup(self, name: str, model, tok, device, max_new_tokens: int, temperature: float, top_p: float,
-               batch_size: int, generator=TurnGenerator, **generator_kwargs) -> None:
-        """The policy's state around a loaded ``model``: what every method reads. A subclass that loads its
-        model otherwise (MLE's backbone with its adapters) calls this with its own ``generator`` class."""
-        self.name, self.model, self.tok, self.device = name, model, tok, device
-        self.tok.padding_side = "left"
-        self.stop_ids = stop_token_ids(self.tok)
-        self.max_new_tokens = max_new_tokens
-        self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
-        self.max_context = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
-        self.generated_tokens = 0
-        self.generate_seconds = 0.0
-        self.sampling_seed = 0
-        self._seeds: dict = {}  # episode key -> the seed of its stream (episode_seed)
-        self._samples: dict = {}  # task id -> the last sample number handed out
-        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.stop_ids[0]
-        self.gen = generator(self.model, pad, self.stop_ids, batch_size, **generator_kwargs)
-
-    @property
-    def stats(self) -> dict:
-        """What generation cost (``TurnGenerator.stats``; benchmarks/throughput.py)."""
-        return self.gen.stats
-
-    @staticmethod
-    def _key(task: Task, messages: list[dict]):
-        return (id(messages), task.id)  # the episode's own message list: stable across its turns
-
-    def forget(self, task: Task, messages: list[dict]) -> None:
-        """The episode has ended: drop its cache and its random stream."""
-        key = self._key(task, messages)
-        self.gen.forget(key)
-        self._seeds.pop(key, None)
-
-    def render(self, task: Task, messages: list[dict]) -> str:
-        return self.tok.apply_chat_template(
-            messages, tools=task.tools or None, add_generation_prompt=True, tokenize=False
-        )
-
-    def episode_seed(self, task: Task, messages: list[dict]) -> int:
-        """The seed of an episode's random stream: from ``sampling_seed`` (the harness sets one per benchmark),
-        the task's id and the episode's place among the episodes of that task (its sample, 0 .. k-1), so a task's
-        samples are the same whichever episodes share their batch, and in every shard of an evaluation."""
-        key = self._key(task, messages)
-        if key not in self._seeds:
-            j = self._samples[task.id] = self._samples.get(task.id, -1) + 1
-            self._seeds[key] = zlib.crc32(f"{self.sampling_seed}:{task.id}:{j}".encode())
-        return self._seeds[key]
-
-    def set_sampling_seed(self, seed: int) -> None:
-        """Start the episodes' streams from ``seed`` (``episode_seed``)."""
-        self.sampling_seed = int(seed)
-        self._samples.clear()
-
-    def __call__(self, batch):
-        prompts = [self.render(t, m) for t, m in batch]
-        ids = [self.tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        out: list[str | None] = [None] * len(batch)
-        limit = self.max_context - self.max_new_tokens
-        fits = [i for i in range(len(batch)) if len(ids[i]) <= limit]
-        seeds = [self.episode_seed(*batch[i]) for i in fits] if self.temperature > 0 else None
-        t0 = time.perf_counter()
-        news = self.gen.generate([(self._key(*batch[i]), ids[i]) for i in fits], self.max_new_tokens,
-                                 temperature=self.temperature, top_p=self.top_p, seeds=seeds)
-        self.generate_seconds += time.perf_counter() - t0
-        for i, toks in zip(fits, news):
-            toks, _ = split_turn(toks, self.stop_ids)
-            self.generated_tokens += len(toks)
-            out[i] = self.tok.decode(toks, skip_special_tokens=True)
-        return out
-
-    def close(self) -> None:
-        """Drop the model and its caches and give the accelerator's memory back (the policy is unusable after)."""
-        self.gen = self.model = None
-        release_accelerator_memory()
-
-
-# --- vLLM (paper profile) ----------------------------------------------------------------------------------
-# The engine and sampling arguments are plain dicts built here, so they are tested without vLLM (a GPU-only
-# install): VLLMPolicy passes them to ``vllm.LLM(**engine_args)`` and ``vllm.SamplingParams(**sampling_args)``.
-
-
-def vllm_engine_args(model_dir: str, dtype: str, max_model_len: int, seed: int = 0,
-                     gpu_memory_utilization: float = 0.9) -> dict:
-    """``vllm.LLM`` keyword arguments. ``max_model_len`` (tokens, prompt + completion) is the config's
-    ``model.max_position_embeddings``: vLLM's default (the checkpoint's own maximum) may not fit the KV cache, and
-    the context-overflow guard must know the limit the engine enforces. Prefix caching lets the turns of an
-    episode reuse the blocks of its earlier turns (the role ``TurnGenerator`` plays for HF)."""
-    if max_model_len < 1:
-        raise ValueError(f"max_model_len must be a positive number of tokens, got {max_model_len}")
-    return {"model": str(model_dir), "tokenizer": str(model_dir), "dtype": dtype, "max_model_len": int(max_model_len),
-            "seed": int(seed), "enable_prefix_caching": True, "gpu_memory_utilization": gpu_memory_utilization}
-
-
-def vllm_sampling_args(stop_ids: list[int], max_tokens: int, temperature: float, top_p: float) -> dict:
-    """``vllm.SamplingParams`` keyword arguments for one assistant turn: at most ``max_tokens`` new tokens, ending
-    at the first of ``stop_ids`` (eos, ``<|im_end|>``: see ``stop_token_ids``); special tokens dropped from the
-    text as ``HFPolicy`` decodes it. Temperature 0 is greedy, as for HF."""
-    return {"max_tokens": int(max_tokens), "temperature": float(temperature), "top_p": float(top_p),
-            "stop_token_ids": list(stop_ids), "skip_special_tokens": True, "n": 1}
-
-
-class VLLMPolicy(HFPolicy):
-    """vLLM generation (the ``paper`` profile). vLLM is in the ``gpu`` extra; it does not install on CPU.
-
-    One engine per policy, built once per evaluation (``evaluate`` / ``acl eval`` make one policy per checkpoint)
-    and released by ``close()`` when the evaluation ends, so the next checkpoint's engine finds the GPU memory
-    free. A process that evaluates many checkpoints in a row (a notebook) may still keep some of it (vLLM's own
-    workers, CUDA context): run each evaluation in its own process (``acl eval``) where that matters.
-
-    Same turn semantics as ``HFPolicy``: a prompt longer than ``max_model_len - max_new_tokens`` tokens is not
-    sent (the episode ends with a "context limit" failure instead of aborting the whole batch), a turn stops at
-    eos or ``<|im_end|>``. ``llm`` / ``sampling_params``: an engine and a ``SamplingParams`` factory to use instead
-    of vLLM's (tests).
-    """
-
-    def __init__(self, model_dir: str, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 batch_size: int = 256, dtype: str = "bfloat16", max_model_len: int = 32768, seed: int = 0,
-                 llm=None, sampling_params=None):
-        from transformers import AutoTokenizer
-
-        self.engine_args = vllm_engine_args(model_dir, dtype, max_model_len, seed)
-        if llm is None or sampling_params is None:
-            try:
-                import vllm
-            except ImportError as exc:
-                raise RuntimeError("eval.backend=vllm needs vLLM: install the suite with the 'gpu' extra "
-                                   "(GPU machines only)") from exc
-            llm = llm if llm is not None else vllm.LLM(**self.engine_args)
-            sampling_params = sampling_params or vllm.SamplingParams
-        self.name = str(model_dir)
-        self.tok = AutoTokenizer.from_pretrained(model_dir)
-        self.stop_ids = stop_token_ids(self.tok)
-        self.llm = llm
-        self.sampling_params = sampling_params
-        self.temperature, self.top_p = temperature, top_p
-        self.max_new_tokens = max_new_tokens  # evaluate() sets each benchmark's own budget
-        self.max_context = int(max_model_len)
-        self.generated_tokens = 0
-        self.generate_seconds = 0.0
-
-    def set_sampling_seed(self, seed: int) -> None:
-        """Nothing per benchmark: the engine samples from its own seed (``vllm_engine_args``)."""
-        self.sampling_seed = int(seed)
-
-    def sampling_args(self) -> dict:
-        return vllm_sampling_args(self.stop_ids, self.max_new_tokens, self.temperature, self.top_p)
-
-    def forget(self, task, messages) -> None:
-        """Nothing to drop: vLLM's prefix cache manages itself."""
-
-    def __call__(self, batch):
-        prompts = [self.render(t, m) for t, m in batch]
-        ids = [self.tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        limit = self.max_context - self.max_new_tokens
-        fits = [i for i in range(len(batch)) if len(ids[i]) <= limit]
-        out: list[str | None] = [None] * len(batch)
-        if not fits:
-            return out
-        t0 = time.perf_counter()
-        # Token ids, not text: the engine sees exactly what the guard counted.
-        outs = self.llm.generate([{"prompt_token_ids": ids[i]} for i in fits],
-                                 self.sampling_params(**self.sampling_args()), use_tqdm=False)
-        self.generate_seconds += time.perf_counter() - t0
-        for i, o in zip(fits, outs):
-            toks, _ = split_turn(list(o.outputs[0].token_ids), self.stop_ids)
-            self.generated_tokens += len(toks)
-            out[i] = self.tok.decode(toks, skip_special_tokens=True)
-        return out
-
-    def close(self) -> None:
-        """Shut the engine down and give its GPU memory back (del + gc + ``torch.cuda.empty_cache``)."""
-        self.llm = None
-        try:  # vLLM's tensor-parallel state outlives the engine object unless destroyed
-            from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
-
-            destroy_model_parallel()
-            destroy_distributed_environment()
-        except Exception:  # not installed (tests), or already torn down
-            pass
-        release_accelerator_memory()
-
-
-def user_simulator_policy(cfg: UserSimConfig, model: str) -> Policy:
-    """The LLM user simulator's local model (``worlds.user_sim`` backends ``hf`` and ``vllm``, see
-    ``acl_lib.envs.llm_user``): one of these policies, one conversation's turn at a time."""
-    if cfg.backend == "hf":
-        # reuse_kv=False: every simulator prompt is a new message list, a per-episode cache would only grow
-        return HFPolicy(model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype, reuse_kv=False)
-    return VLLMPolicy(model, cfg.max_new_tokens, cfg.temperature, batch_size=1, dtype=cfg.dtype)
-
-
-# The environments play the real tau2 tasks' customer with these policies; they sit below this layer, so it hands
-# them the factory (every process that plays an episode with a model has imported this module).
-llm_user.use_local_policy(user_simulator_policy)
-
-
-def make_policy(model: str, cfg, max_new_tokens: int | None = None, temperature: float | None = None,
-                top_p: float | None = None) -> Policy:
-    """``expert`` / ``null`` or a checkpoint directory / hub id, with the profile's sampling settings (``eval``:
-    backend, tokens per turn, temperature, top-p), or the given ones in their place."""
-    if model == "expert":
-        return ExpertPolicy()
-    if model == "null":
-        return NullPolicy()
-    e = cfg.eval
-    args = (model, e.max_new_tokens if max_new_tokens is None else max_new_tokens,
-            e.temperature if temperature is None else temperature, e.top_p if top_p is None else top_p, e.batch_size)
-    if cfg.eval.backend == "vllm":
-        return VLLMPolicy(*args, dtype=cfg.model.dtype, max_model_len=cfg.model.max_position_embeddings,
-                          seed=cfg.seed)
-    return HFPolicy(*args, dtype=cfg.model.dtype)
-
-
 # --- episodes ---------------------------------------------------------------------------------------
 
 
 def run_episodes(policy: Policy, episodes: list[Episode], batch_size: int = 64,
                  progress: Callable[[int], None] | None = None) -> None:
     """Drive every episode to its end, one assistant turn per round for all active episodes."""
+    # a policy's state per episode (a KV cache, a random stream) is dropped as each episode ends
+    forget = policy.forget if isinstance(policy, SupportsForget) else None
     while True:
         active = [e for e in episodes if not e.done]
         if not active:
@@ -400,8 +87,8 @@ def run_episodes(policy: Policy, episodes: list[Episode], batch_size: int = 64,
             _step_all(chunk, texts)
             for ep in chunk:
                 if ep.done:
-                    if hasattr(policy, "forget"):
-                        policy.forget(ep.task, ep.messages)
+                    if forget is not None:
+                        forget(ep.task, ep.messages)
                     if progress:
                         progress(1)
 
@@ -522,7 +209,8 @@ def sampling_plan(cfg, benches: Sequence[Benchmark], k: int | None = None) -> di
     return plan
 
 
-def _plan(cfg, suites: str | None, k: int | None, benchmarks: list[str] | None, check_user_sim: bool = True):
+def evaluation_plan(cfg, suites: str | None, k: int | None, benchmarks: list[str] | None,
+                    check_user_sim: bool = True):
     """``(suites, benchmarks, sampling plan)`` of one evaluation, the user simulator checked first (a missing one
     fails now, not after math and search) unless the caller checked it already."""
     suites = suites or cfg.eval.suites
@@ -543,10 +231,11 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
     benchmark's k). A policy built here (no ``policy`` given) is built once for the whole suite and closed at the
     end, its model or vLLM engine released (``close``), so evaluating checkpoints one after another does not pile
     them up. ``shard=(i, n)``: score only every n-th task of each benchmark from the i-th (a shard of
-    ``evaluate_sharded``; its metrics cover that share). ``user_sim_checked``: the caller ran ``llm_user.preflight``
-    for these benchmarks already (``acl eval``, before loading the checkpoint), so it is not run again.
+    ``sharding.evaluate_sharded``; its metrics cover that share). ``user_sim_checked``: the caller ran
+    ``llm_user.preflight`` for these benchmarks already (``acl eval``, before loading the checkpoint), so it is not
+    run again.
     """
-    suites, benches, sampling = _plan(cfg, suites, k, benchmarks, check_user_sim=not user_sim_checked)
+    suites, benches, sampling = evaluation_plan(cfg, suites, k, benchmarks, check_user_sim=not user_sim_checked)
     if policy is None and model not in ("expert", "null"):
         # The same samples whatever ran before in this process (a notebook trains first, then evaluates).
         seed_and_threads(cfg.seed, cfg.torch_threads)
@@ -555,166 +244,11 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
     try:
         return _evaluate(cfg, model, out_dir, suites, sampling, policy, benches, shard)
     finally:
-        if own_policy and hasattr(policy, "close"):
+        if own_policy and isinstance(policy, SupportsClose):
             policy.close()
 
 
-def evaluate_in_subprocess(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = None,
-                           k: int | None = None, benchmarks: list[str] | None = None) -> dict:
-    """``evaluate`` in a fresh Python process (``launcher.eval_subprocess``, the paper profile): whatever the
-    model or vLLM engine held on the GPU (weights, KV cache, CUDA context, vLLM's workers) is gone when the
-    process ends, so a notebook that scores checkpoint after checkpoint never accumulates them. Same config, same
-    seeds, same outputs in ``out_dir`` as in-process; the child's output (its progress line) is passed through.
-    """
-    if cfg.eval.shards > 1:
-        return evaluate_sharded(cfg, model, out_dir, suites=suites, k=k, benchmarks=benchmarks)
-    spec = {"config": cfg.to_dict(), "model": str(model), "out_dir": str(Path(out_dir).resolve()), "suites": suites,
-            "k": k, "benchmarks": benchmarks}
-    _run_children(spec, [None], what=f"evaluation of {model} in a subprocess")
-    return json.loads((Path(out_dir) / "metrics.json").read_text())
-
-
-def _run_children(spec: dict, shards: list[tuple[int, int] | None], what: str) -> None:
-    """Run ``python -m acl_lib.eval.harness --job`` once per entry of ``shards`` (None: the whole evaluation), all
-    at once, each child on its own GPU where there are GPUs (``CUDA_VISIBLE_DEVICES``: the shard's index); their
-    output is passed through (prefixed with the shard where several run). Raises naming the first that failed."""
-    import subprocess
-    import sys
-    import tempfile
-    import threading
-
-    fd, job = tempfile.mkstemp(prefix="acl-eval-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(spec, f)
-    base_env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])  # the child imports this checkout even when not installed
-    base_env["PYTHONPATH"] = root + (os.pathsep + base_env["PYTHONPATH"] if base_env.get("PYTHONPATH") else "")
-    gpus = _visible_gpus()
-    procs, tails, lock = [], [], threading.Lock()
-
-    def pump(proc, tail: list[str], prefix: str) -> None:
-        for line in proc.stdout:
-            with lock:
-                sys.stdout.write(prefix + line)
-            if line.strip():
-                log.info("[eval %s] %s", prefix.strip() or "subprocess", line.rstrip())  # the run's log keeps them
-            tail[:] = (tail + [line])[-40:]
-
-    try:
-        threads = []
-        for shard in shards:
-            env = dict(base_env)
-            argv = [sys.executable, "-m", "acl_lib.eval.harness", "--job", job]
-            prefix = ""
-            if shard is not None:
-                argv += ["--shard", str(shard[0]), "--of", str(shard[1])]
-                prefix = f"[shard {shard[0]}/{shard[1]}] "
-                if gpus:
-                    env["CUDA_VISIBLE_DEVICES"] = gpus[shard[0] % len(gpus)]
-            proc = subprocess.Popen(argv, env=env, cwd=str(project_root()), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
-            tail: list[str] = []
-            procs.append(proc)
-            tails.append(tail)
-            t = threading.Thread(target=pump, args=(proc, tail, prefix), daemon=True)
-            t.start()
-            threads.append(t)
-        for proc, t in zip(procs, threads):
-            proc.wait()
-            t.join()
-    finally:
-        for proc in procs:  # an interrupt (Ctrl-C) or an error here: no child outlives the call
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        os.unlink(job)
-    for proc, tail, shard in zip(procs, tails, shards):
-        if proc.returncode != 0:
-            where = f" (shard {shard[0]} of {shard[1]})" if shard else ""
-            raise RuntimeError(f"{what}{where} failed (exit {proc.returncode}); its last lines:\n" + "".join(tail))
-
-
-def _visible_gpus() -> list[str]:
-    """The GPU indices this process may hand to its children: ``CUDA_VISIBLE_DEVICES`` if set, else every GPU torch
-    sees; empty on a machine without CUDA."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [g for g in visible.split(",") if g.strip()]
-    try:
-        import torch
-
-        return [str(i) for i in range(torch.cuda.device_count())]
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return []
-
-
-def evaluate_sharded(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = None, k: int | None = None,
-                     benchmarks: list[str] | None = None, shards: int | None = None) -> dict:
-    """``evaluate`` split over ``shards`` processes (default ``eval.shards``), run at once, each on its own GPU
-    where there are GPUs: shard i scores every n-th task of each benchmark from the i-th into
-    ``<out_dir>/shards/<i>/``; the records are then put back in task order and scored as one evaluation
-    (``summarize_records``), so ``metrics.json`` and ``records/`` have the unsharded layout. Greedy benchmarks give
-    the unsharded scores; a sampled one draws its samples from a seed per shard. One evaluation of an 8B
-    checkpoint on the full benchmarks thus uses every GPU of the node instead of one."""
-    n = shards or cfg.eval.shards
-    out = Path(out_dir)
-    suites, benches, sampling = _plan(cfg, suites, k, benchmarks)
-    t0 = time.perf_counter()
-    spec = {"config": cfg.to_dict(), "model": str(model), "out_dir": str((out / "shards").resolve()),
-            "suites": suites, "k": k, "benchmarks": [b.key for b in benches], "shard_dirs": True}
-    _run_children(spec, [(i, n) for i in range(n)], what=f"evaluation of {model}")
-    parts = [json.loads((out / "shards" / str(i) / "metrics.json").read_text()) for i in range(n)]
-    (out / "records").mkdir(parents=True, exist_ok=True)
-    results, per_bench_seconds = {}, {}
-    for b in benches:
-        kb = sampling[b.key][0]
-        shard_records = [_read_jsonl(out / "shards" / str(i) / "records" / f"{b.key}.jsonl") for i in range(n)]
-        records = []
-        for j in range(sum(p["n_tasks"][b.key] for p in parts)):  # task j was shard j % n's (j // n)-th
-            i, at = j % n, j // n
-            records += shard_records[i][at * kb:(at + 1) * kb]
-        results[b.key] = summarize_records(records, len(records) // kb if kb else 0, kb)
-        per_bench_seconds[b.key] = max(p["seconds_per_benchmark"][b.key] for p in parts)
-        _write_jsonl(out / "records" / f"{b.key}.jsonl", records)
-    tokens = [p.get("generated_tokens") for p in parts]
-    metrics = _metrics(cfg, model, suites, sampling, results, time.perf_counter() - t0, per_bench_seconds,
-                       {b.key: parts[0]["limits"][b.key] for b in benches},
-                       sum(tokens) if all(t is not None for t in tokens) else None,
-                       sum(p.get("generate_seconds", 0.0) for p in parts))
-    metrics["shards"] = n
-    _atomic_write_json(out / "metrics.json", metrics)
-    return metrics
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _worker_main(argv: list[str] | None = None) -> None:
-    """``python -m acl_lib.eval.harness --job JOB.json``: the child of ``evaluate_in_subprocess``."""
-    import argparse
-    import sys
-
-    p = argparse.ArgumentParser(prog="python -m acl_lib.eval.harness")
-    p.add_argument("--job", required=True, help="JSON written by evaluate_in_subprocess / evaluate_sharded")
-    p.add_argument("--shard", type=int, default=None, help="this process's shard (evaluate_sharded)")
-    p.add_argument("--of", type=int, default=None, help="the number of shards")
-    args = p.parse_args(argv)
-    spec = json.loads(Path(args.job).read_text())
-    shard = (args.shard, args.of) if args.shard is not None else None
-    out_dir = Path(spec["out_dir"]) / str(args.shard) if spec.get("shard_dirs") else spec["out_dir"]
-    # The progress lines go to stderr, which the parent passes on (to the notebook cell and the run's log).
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-    progress_log = logging.getLogger("acl.progress")
-    progress_log.addHandler(handler)
-    progress_log.setLevel(logging.INFO)
-    evaluate(Config.model_validate(spec["config"]), spec["model"], out_dir, suites=spec["suites"],
-             k=spec["k"], benchmarks=spec["benchmarks"], shard=shard)
-
-
-def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]], policy, benches,
+def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]], policy: Policy, benches,
               shard: tuple[int, int] | None = None) -> dict:
     out = Path(out_dir)
     (out / "records").mkdir(parents=True, exist_ok=True)
@@ -735,12 +269,12 @@ def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]
         tokens_by: dict[str, int] = {}
         for b in benches:
             tb = time.perf_counter()
-            tokens_before = getattr(policy, "generated_tokens", None)
+            tokens_before = policy.generated_tokens if isinstance(policy, CountsTokens) else None
             max_turns, max_new_tokens = cfg.eval.limits_for(b.key)
             k, temperature = sampling[b.key]
-            if hasattr(policy, "max_new_tokens"):  # a model's per-turn budget; the scripted policies have none
+            if isinstance(policy, HasTokenBudget):  # a model's per-turn budget; the scripted policies have none
                 policy.max_new_tokens = max_new_tokens
-            if hasattr(policy, "temperature"):  # a model's sampling; the scripted policies have none
+            if isinstance(policy, HasTemperature):  # a model's sampling; the scripted policies have none
                 policy.temperature = temperature
             if isinstance(policy, HFPolicy):
                 # each benchmark's episodes draw from streams of their own seed (HFPolicy.episode_seed): its samples
@@ -754,84 +288,22 @@ def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]
             if tokens_before is not None:
                 tokens_by[b.key] = policy.generated_tokens - tokens_before
             results[b.key] = summary
-            _write_jsonl(out / "records" / f"{b.key}.jsonl", records)
+            write_jsonl(out / "records" / f"{b.key}.jsonl", records)
             bar.stats.clear()  # the line shows the last benchmark's score
             bar.update(0, **{b.key: round(summary["score"], 1)})
-    metrics = _metrics(cfg, model, suites, sampling, results, time.perf_counter() - t0, per_bench_seconds, limits,
-                       getattr(policy, "generated_tokens", None), getattr(policy, "generate_seconds", 0.0))
+    metrics = evaluation_metrics(cfg, model, suites, sampling, results, time.perf_counter() - t0, per_bench_seconds,
+                                 limits, policy.generated_tokens if isinstance(policy, CountsTokens) else None,
+                                 policy.generate_seconds if isinstance(policy, TimesGeneration) else 0.0)
     if tokens_by:
         metrics["generated_tokens_by_benchmark"] = tokens_by
     if shard is not None:
         metrics["shard"] = list(shard)
-    _atomic_write_json(out / "metrics.json", metrics)
+    write_json(out / "metrics.json", metrics)
     return metrics
 
 
-_TASK_COUNTS: dict[tuple[str, str], int] = {}  # evaluation_estimate's, per (settings, benchmark)
-
-
-def evaluation_estimate(cfg, benchmarks: list[str] | None = None, history: dict | None = None) -> dict:
-    """What one evaluation under ``cfg`` will do, before it starts: per benchmark the episodes (tasks x k) and the
-    tokens it may generate, and the whole run's time at ``eval.tokens_per_s`` per shard (``eval.shards`` of them).
-
-    Tokens per episode come from ``history`` (an earlier evaluation's ``metrics.json`` in the same store: its
-    generated tokens per episode of that benchmark) where it has them, else from the caps (every turn to
-    ``max_new_tokens``, ``max_turns`` turns: an upper bound, often far above what a model writes). Retrieval,
-    tool and simulator time are not in it."""
-    benches = [BENCHMARKS[b] for b in benchmarks] if benchmarks else benchmarks_for(cfg.eval.suites)
-    sampling = sampling_plan(cfg, benches)
-    envs: dict[str, object] = {}
-    rows = {}
-    # the task counts depend on the worlds and eval settings only: drawn once per process, not per evaluation
-    settings = json.dumps([cfg.worlds.model_dump(mode="json"), cfg.eval.model_dump(mode="json")], sort_keys=True)
-    for b in benches:
-        key = (settings, b.key)
-        try:
-            if key not in _TASK_COUNTS:
-                env = envs.setdefault(b.env, world(cfg, b.env))
-                _TASK_COUNTS[key] = len(env.tasks(b.split, benchmark_size(cfg, b), seed=cfg.worlds.seed))
-            n = _TASK_COUNTS[key]
-        except (FileNotFoundError, ValueError) as exc:  # the data is not there yet: the estimate says so
-            rows[b.key] = {"episodes": None, "tokens": None, "basis": f"no tasks ({exc})"}
-            continue
-        episodes = n * sampling[b.key][0]
-        max_turns, max_new_tokens = cfg.eval.limits_for(b.key)
-        seen = (history or {}).get("generated_tokens_by_benchmark", {}).get(b.key)
-        seen_eps = ((history or {}).get("n_tasks", {}).get(b.key) or 0) * \
-            ((history or {}).get("k_by_benchmark", {}).get(b.key) or 0)
-        if seen is not None and seen_eps:
-            per, basis = seen / seen_eps, "measured"
-        else:
-            per, basis = max_turns * max_new_tokens, "cap"
-        rows[b.key] = {"episodes": episodes, "tokens": int(episodes * per), "basis": basis}
-    total = sum(r["tokens"] or 0 for r in rows.values())
-    rate = cfg.eval.tokens_per_s * cfg.eval.shards
-    return {"benchmarks": rows, "episodes": sum(r["episodes"] or 0 for r in rows.values()), "tokens": total,
-            "shards": cfg.eval.shards, "tokens_per_s": cfg.eval.tokens_per_s,
-            "hours": total / rate / 3600 if rate else None,
-            "upper_bound": any(r["basis"] == "cap" for r in rows.values())}
-
-
-def format_estimate(est: dict) -> str:
-    """One paragraph for the log: episodes, tokens (measured or capped), the hours at the configured rate."""
-    parts = []
-    for key, r in est["benchmarks"].items():
-        if r["episodes"] is None:
-            parts.append(f"{key}: {r['basis']}")
-        else:
-            parts.append(f"{key} {r['episodes']:,} episodes ~{r['tokens'] / 1e6:.2f}M tokens"
-                         + (" (caps)" if r["basis"] == "cap" else ""))
-    head = (f"evaluation estimate: {est['episodes']:,} episodes, "
-            f"{'at most ' if est['upper_bound'] else '~'}{est['tokens'] / 1e6:.1f}M generated tokens")
-    if est["hours"] is not None:
-        head += (f", {'at most ' if est['upper_bound'] else '~'}{est['hours']:.1f} h at {est['tokens_per_s']:,.0f} "
-                 f"tokens/s on each of {est['shards']} shard(s) (generation only: retrieval and simulated customers "
-                 "come on top)")
-    return head + ". " + "; ".join(parts)
-
-
-def _metrics(cfg, model, suites, sampling, results: dict[str, dict], elapsed: float, per_bench_seconds: dict,
-             limits: dict, generated_tokens, generate_seconds: float) -> dict:
+def evaluation_metrics(cfg, model, suites, sampling, results: dict[str, dict], elapsed: float,
+                       per_bench_seconds: dict, limits: dict, generated_tokens, generate_seconds: float) -> dict:
     """``metrics.json`` from the benchmarks' summaries (``summarize_records``)."""
     k_by = {key: r["k"] for key, r in results.items()}
     return {
@@ -862,11 +334,11 @@ def _metrics(cfg, model, suites, sampling, results: dict[str, dict], elapsed: fl
     }
 
 
-def _atomic_write_json(path: Path, obj) -> None:
+def write_json(path: Path, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2))
 
 
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
+def write_jsonl(path: Path, rows: list[dict]) -> None:
     atomic_write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
 
 
@@ -979,7 +451,3 @@ def format_scores(metrics: dict) -> str:
         se = f"{se:.1f}" if se is not None else "-"
         lines.append(f"{key:<12} {score:>7.1f} {se:>6}  {n:>4}  {k}")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    _worker_main()

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acl_lib.eval.harness import stop_token_ids
+from acl_lib.eval.policies import stop_token_ids
 from acl_lib.train import common, trl_env
 
 if TYPE_CHECKING:

@@ -85,7 +85,7 @@ def collect_demos(env: Environment, policy: TeacherPolicy, tasks: list[Task], ma
     (``assistant_text`` equal).
 
     ``policy`` is a teacher ``(task, messages) -> text`` (a scripted expert), or with ``batched=True`` a batch
-    policy of the evaluator (``acl_lib.eval.harness``: ``HFPolicy`` for a model teacher, which keeps each
+    policy of the evaluator (``acl_lib.eval.policies``: ``HFPolicy`` for a model teacher, which keeps each
     episode's KV cache across its turns). Episodes run ``batch_size`` tasks (all their samples) at a time through
     the evaluator's ``run_episodes``, all active episodes one turn per round; collection stops after the block in
     which ``num_demos`` rows were kept (all tasks when None). ``progress(n)`` is told of each finished episode.

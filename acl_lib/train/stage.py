@@ -40,7 +40,8 @@ from acl_lib.atomic import atomic_dir, write_json
 from acl_lib.config import ConfigError, project_root
 from acl_lib.envs import STAGE_ENV, scripted_expert
 from acl_lib.eval.endpoint import EndpointPolicy
-from acl_lib.eval.harness import make_policy, model_dir_problem
+from acl_lib.eval.harness import model_dir_problem
+from acl_lib.eval.policies import make_policy
 from acl_lib.model import base_checkpoint
 from acl_lib.processes import call_in_child
 from acl_lib.progress import Progress

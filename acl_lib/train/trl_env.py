@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from acl_lib.envs import STAGE_ENV
 from acl_lib.envs import make_env as make_world
 from acl_lib.envs.base import Environment, Episode, Task, map_concurrently, prefetch, step_workers
-from acl_lib.eval.harness import split_turn, stop_token_ids
+from acl_lib.eval.policies import split_turn, stop_token_ids
 from acl_lib.eval.turns import TurnGenerator
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ def rollout_chat_template(tokenizer) -> str | None:
 def context_problem(n_tokens: int, max_new_tokens: int, max_context: int | None) -> str | None:
     """Why a request of ``n_tokens`` context ids for up to ``max_new_tokens`` more cannot be sent to a model holding
     ``max_context`` tokens (prompt + completion; None: no limit), or None when it fits. The evaluator's rule
-    (``harness.HFPolicy``: prompts up to ``max_context - max_new_tokens`` tokens): vLLM rejects a request past its
+    (``policies.HFPolicy``: prompts up to ``max_context - max_new_tokens`` tokens): vLLM rejects a request past its
     ``max_model_len``, and under ZeRO-3 one rank's error leaves the others waiting in NCCL."""
     if max_context is None or n_tokens + max_new_tokens <= max_context:
         return None
@@ -292,7 +292,7 @@ def rollout_episodes(episodes: list[Episode], policy: Policy, tokenizer, max_com
     """Drive ``episodes`` to the end with ``policy``; returns one ``Rollout`` per episode, in order.
 
     All unfinished episodes generate together, one turn per round. A turn ends where the evaluator ends it
-    (``harness.split_turn`` at the first of ``stop_ids``, default ``stop_token_ids(tokenizer)``: eos,
+    (``policies.split_turn`` at the first of ``stop_ids``, default ``stop_token_ids(tokenizer)``: eos,
     ``<|im_end|>``, ``<|endoftext|>``); the stop token the policy sampled is kept in the completion (it learns to
     end its turn) and the turn's text, the ids before it decoded without special tokens, is fed raw to
     ``episode.step``. Observations are then appended as the template renders them after ``<|im_end|>`` (after

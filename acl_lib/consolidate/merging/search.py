@@ -22,7 +22,7 @@ from acl_lib.consolidate.merging.merge import merge_checkpoints
 from acl_lib.consolidate.merging.specs import checkpoint_runs, complete_inputs
 from acl_lib.diagnostics.weights import _progress
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
-from acl_lib.eval import harness  # called through the module: tests swap harness.world / make_policy
+from acl_lib.eval import harness, policies  # called through the modules: tests swap harness.world
 from acl_lib.model.checkpoint_files import resolve_model_dir
 from acl_lib.processes import call_in_child
 from acl_lib.runs import Run, run_once
@@ -68,7 +68,7 @@ def validation_scores(cfg, model: str, domains: Sequence[str], n_tasks: int, rec
         return scores
     if model not in ("expert", "null"):
         seed_and_threads(cfg.seed, cfg.torch_threads)
-    policy = harness.make_policy(str(model), cfg)
+    policy = policies.make_policy(str(model), cfg)
     envs = {} if envs is None else envs
     scores = {}
     try:

@@ -22,7 +22,7 @@ from acl_lib.consolidate.mle.specs import (
     start_run,
 )
 from acl_lib.envs import IN_DOMAIN
-from acl_lib.eval.harness import eval_device
+from acl_lib.eval.policies import eval_device
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import threads_per_rank
 

@@ -46,8 +46,8 @@ from acl_lib.consolidate.mle.specs import (
     router_run,
     start_run,
 )
-from acl_lib.eval.harness import HFPolicy, VLLMPolicy, cut_at_stop, eval_device, vllm_engine_args
 from acl_lib.eval.harness import evaluate as evaluate_suite
+from acl_lib.eval.policies import HFPolicy, VLLMPolicy, cut_at_stop, eval_device, vllm_engine_args
 from acl_lib.eval.turns import TurnGenerator
 from acl_lib.processes import call_in_child
 from acl_lib.runs import run_once

@@ -15,7 +15,8 @@ from acl_lib.consolidate.mle.routers import make_router, run_router
 from acl_lib.consolidate.mle.serving import make_mle_policy
 from acl_lib.consolidate.mle.specs import ROUTERS, STRESS_JSON, MLESpec, _require, mle_run, router_run
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
-from acl_lib.eval.harness import PASS_EPS, make_policy, run_episodes, world
+from acl_lib.eval.harness import PASS_EPS, run_episodes, world
+from acl_lib.eval.policies import make_policy
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
 

@@ -32,7 +32,7 @@ from acl_lib.consolidate.mmopd.specs import DistillSpec, distill_run
 from acl_lib.consolidate.mmopd.teachers import TeacherPool
 from acl_lib.diagnostics.weights import weight_change
 from acl_lib.envs import STAGE_ENV
-from acl_lib.eval.harness import stop_token_ids
+from acl_lib.eval.policies import stop_token_ids
 from acl_lib.runs import run_once
 from acl_lib.train import common, trl_env
 from acl_lib.train.common import read_log

@@ -22,7 +22,8 @@ from acl_lib import pipeline
 from acl_lib.consolidate.merging import validation_seed
 from acl_lib.consolidate.sdft.filtering import filter_episodes
 from acl_lib.envs import STAGE_ENV
-from acl_lib.eval.harness import HFPolicy, VLLMPolicy, run_episodes, world
+from acl_lib.eval.harness import run_episodes, world
+from acl_lib.eval.policies import HFPolicy, VLLMPolicy
 from acl_lib.processes import call_in_child
 from acl_lib.progress import Progress
 from acl_lib.runs import Run, run_once
