@@ -31,7 +31,6 @@ from acl_lib.consolidate.mle.specs import (
     ADAPTER_DIR,
     EXPERT_JSON,
     MLESpec,
-    _require,
     adapter_dirs,
     expert_cfg,
     expert_cold_start,
@@ -43,6 +42,7 @@ from acl_lib.consolidate.mle.specs import (
 from acl_lib.envs import STAGE_ENV, scripted_expert
 from acl_lib.model.checkpoint_files import resolve_model_dir, safetensors_index
 from acl_lib.runs import run_once
+from acl_lib.steps import require_complete
 from acl_lib.train import common, sft, trl_env
 from acl_lib.train.grpo import build_trainer
 from acl_lib.train.launcher import launch
@@ -232,7 +232,7 @@ def lora_parameters(model) -> int:
 
 def run_expert(cfg, spec: MLESpec, domain: str):
     run = expert_run(cfg, spec, domain)
-    _require(run.inputs, f"MLE expert {run.name}")
+    require_complete(run.inputs, f"MLE expert {run.name}")
     backbone = pipeline.model_dir(run.inputs[0])
 
     def fn(r) -> None:

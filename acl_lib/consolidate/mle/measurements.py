@@ -16,7 +16,6 @@ from acl_lib.consolidate.mle.specs import (
     BASE_ADAPTER,
     MEASURE_JSON,
     MLESpec,
-    _require,
     adapter_dirs,
     mle_run,
     start_run,
@@ -25,6 +24,7 @@ from acl_lib.envs import IN_DOMAIN
 from acl_lib.eval.policies import eval_device
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import threads_per_rank
+from acl_lib.steps import require_complete
 
 
 def _nbytes(params) -> int:
@@ -123,6 +123,6 @@ def measure_run(cfg, spec: MLESpec):
 
 def run_measurements(cfg, spec: MLESpec) -> dict:
     run = measure_run(cfg, spec)
-    _require(run.inputs, "MLE measurements (run_mle first)")
+    require_complete(run.inputs, "MLE measurements (run_mle first)")
     run_once(run, lambda r: r.write_json(MEASURE_JSON, measure(cfg, spec)))
     return run.read_json(MEASURE_JSON)

@@ -24,10 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from acl_lib.consolidate.mle.specs import ROUTER_FILE, ROUTER_JSON, ROUTER_SEED, _require, router_run
+from acl_lib.consolidate.mle.specs import ROUTER_FILE, ROUTER_JSON, ROUTER_SEED, router_run
 from acl_lib.envs import BENCHMARKS, STAGE_ENV
 from acl_lib.eval.harness import benchmark_size, world
 from acl_lib.runs import run_once
+from acl_lib.steps import require_complete
 
 
 @dataclass(frozen=True)
@@ -296,5 +297,5 @@ def make_router(cfg, kind: str) -> Router:
     if kind == "context":
         return ContextRouter(cfg.mle.fallback)
     run = router_run(cfg)
-    _require([run], "the learned router")
+    require_complete([run], "the learned router")
     return LearnedRouter.load(run.path / ROUTER_FILE)

@@ -40,7 +40,6 @@ from acl_lib.consolidate.mle.specs import (
     MLE_JSON,
     ROUTES_JSON,
     MLESpec,
-    _require,
     adapter_dirs,
     mle_run,
     router_run,
@@ -52,6 +51,7 @@ from acl_lib.eval.turns import TurnGenerator
 from acl_lib.processes import call_in_child
 from acl_lib.runs import run_once
 from acl_lib.seeding import seed_and_threads
+from acl_lib.steps import require_complete
 
 
 class RoutedTurnGenerator(TurnGenerator):
@@ -250,7 +250,7 @@ def run_mle(cfg, spec: MLESpec, evaluate: bool = True):
     if spec.router == "learned":
         run_router(cfg)
     run = mle_run(cfg, spec)
-    _require(run.inputs, f"MLE {spec.name}")
+    require_complete(run.inputs, f"MLE {spec.name}")
 
     def fn(r) -> None:
         check = backbone_check(cfg, spec)

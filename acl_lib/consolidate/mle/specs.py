@@ -12,7 +12,7 @@ from acl_lib import pipeline
 from acl_lib.config import Config, ConfigError, _set_dotted, parse_override
 from acl_lib.consolidate.sdft import SDFTSpec, sdft_run
 from acl_lib.runs import Run
-from acl_lib.steps import made_by, require_complete
+from acl_lib.steps import made_by
 
 logger = logging.getLogger("acl.consolidate.mle")
 
@@ -156,9 +156,6 @@ def mle_run(cfg, spec: MLESpec):
     extra = {"router": spec.router, "fallback": cfg.mle.fallback}
     return Run(cfg, spec.name, sections=("model",), inputs=inputs, extra=extra)
 
-
-def _require(runs, what: str) -> None:
-    require_complete(runs, what)
 
 
 def adapter_dirs(cfg, spec: MLESpec) -> dict[str, Path]:

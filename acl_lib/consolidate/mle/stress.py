@@ -13,12 +13,13 @@ from dataclasses import replace
 from acl_lib import pipeline
 from acl_lib.consolidate.mle.routers import make_router, run_router
 from acl_lib.consolidate.mle.serving import make_mle_policy
-from acl_lib.consolidate.mle.specs import ROUTERS, STRESS_JSON, MLESpec, _require, mle_run, router_run
+from acl_lib.consolidate.mle.specs import ROUTERS, STRESS_JSON, MLESpec, mle_run, router_run
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
 from acl_lib.eval.harness import PASS_EPS, run_episodes, world
 from acl_lib.eval.policies import make_policy
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
+from acl_lib.steps import require_complete
 
 
 class ViewEpisode:
@@ -211,7 +212,7 @@ def run_stress(cfg, spec: MLESpec, oracles: bool = True, reroute: bool = False) 
     ``oracle_<d>`` on the stress benchmarks; ``<spec>_stress/stress.json``."""
     run_router(cfg)
     run = stress_run(cfg, spec, oracles, reroute)
-    _require(run.inputs, "the MLE stress cases")
+    require_complete(run.inputs, "the MLE stress cases")
 
     def fn(r) -> None:
         res: dict = {}

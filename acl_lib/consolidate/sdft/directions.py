@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 
 from acl_lib import pipeline
-from acl_lib.consolidate.sdft.sampling import _require
 from acl_lib.consolidate.sdft.training import SDFTSpec, sdft_run
 from acl_lib.diagnostics.weights import streamed_gram, update
 from acl_lib.model.checkpoint_files import resolve_model_dir
 from acl_lib.runs import Run, run_once
+from acl_lib.steps import require_complete
 from acl_lib.train.stage import SFT_DIR
 
 logger = logging.getLogger("acl.consolidate.sdft")
@@ -50,7 +50,7 @@ def run_update_directions(cfg, names: tuple[str, str] = ("sdft", "sdft_base"), m
         absent = [n for n, r in zip(names, (from_final, from_base)) if not r.is_complete()]
         logger.warning("update directions: %s not complete, not computed", absent)
         return None
-    _require([base, final, from_final, from_base, *oracles], "the update-direction check")
+    require_complete([base, final, from_final, from_base, *oracles], "the update-direction check")
 
     def fn(r) -> None:
         sft = _oracle_sft_models(cfg)

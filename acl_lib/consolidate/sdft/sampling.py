@@ -144,9 +144,6 @@ def data_run(cfg):
     return Run(cfg, DATA_RUN, sections=DATA_SECTIONS, inputs=oracles, extra=extra)
 
 
-def _require(runs, what: str) -> None:
-    require_complete(runs, what)
-
 
 def save_rows(rows: list[dict], path) -> Path:
     """Save rows as a ``datasets.Dataset`` (``save_to_disk``)."""
@@ -192,7 +189,7 @@ def run_sdft_data(cfg, policy_for=None):
     ``(domain, model_dir, max_new_tokens) -> policy`` instead of the oracle's ``sampling_policy`` (tests).
     Returns the run; ``filter.json`` holds the statistics per domain, ``dataset/`` the kept rows."""
     run = data_run(cfg)
-    _require(run.inputs, "SDFT's data")
+    require_complete(run.inputs, "SDFT's data")
 
     def fn(r) -> None:
         rows, stats = [], {}

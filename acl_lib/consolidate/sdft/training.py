@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from acl_lib import pipeline
 from acl_lib.config import Config, _check_mixture
 from acl_lib.consolidate.sdft.mixture import ORDERS, build_union
-from acl_lib.consolidate.sdft.sampling import FILTER_JSON, _require, data_rows, data_run, sample_seed, save_rows
+from acl_lib.consolidate.sdft.sampling import FILTER_JSON, data_rows, data_run, sample_seed, save_rows
 from acl_lib.diagnostics.weights import weight_change
 from acl_lib.runs import Run, run_once
+from acl_lib.steps import require_complete
 from acl_lib.train import common
 from acl_lib.train.launcher import launch
 from acl_lib.train.sft import read_rows, write_rows
@@ -118,8 +119,8 @@ def run_sdft(cfg, spec: SDFTSpec, evaluate: bool = True):
     (``<run>/eval/metrics.json``). Returns the run; ``<run>/sdft.json`` records what training did."""
     run = sdft_run(cfg, spec)
     data, start = run.inputs
-    _require([start], f"SDFT run {spec.name}")
-    _require([data], f"SDFT run {spec.name} (run_sdft_data first)")
+    require_complete([start], f"SDFT run {spec.name}")
+    require_complete([data], f"SDFT run {spec.name} (run_sdft_data first)")
     recipe = spec.resolved(cfg)
     rows = data_rows(data)
     union, counts = build_union(rows, recipe["mixture"], recipe["order"], cfg.pipeline.curriculum, sample_seed(cfg))
