@@ -39,7 +39,7 @@ class Step:
 
 TABLE: tuple[Step, ...] = (
     Step("00", "the base model", ("base",)),
-    Step("01-04", "the sequential stages", ("seq_*",)),
+    Step("01-04", "the sequential stages", ("seq*",)),  # seq_<stage>, and seq<i>_<order> of other curricula
     Step("05", "the oracles", ("oracle_*",)),
     Step("06", "the weight diagnostics", ("diagnostics/weights.json", "diagnostics/cl_metrics.json")),
     Step("07", "the token diagnostics", ("diagnostics/tokens.json",)),

@@ -13,7 +13,7 @@ from conftest import ROOT
 
 
 @pytest.mark.parametrize("what,notebook", [
-    ("base", "00"), ("seq_math", "01-04"), ("seq_if", "01-04"), ("oracle_ecom", "05"),
+    ("base", "00"), ("seq_math", "01-04"), ("seq_if", "01-04"), ("seq2_if-math", "01-04"), ("oracle_ecom", "05"),
     ("diagnostics/weights.json", "06"), ("diagnostics/cl_metrics.json", "06"), ("diagnostics/tokens.json", "07"),
     ("mmopd", "08"), ("mmopd_single", "08"), ("sdft_base", "09"), ("sdft_directions/directions.json", "09"),
     ("merge_uniform", "10"), ("mle_expert_math", "11"), ("mle", "11"), ("something_else", ""),
