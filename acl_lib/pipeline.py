@@ -220,6 +220,11 @@ def sequential_run(cfg: Config, index: int) -> Run:
     return stage_training_run(cfg, name, curriculum[index - 1], prev)
 
 
+def final_run(cfg: Config) -> Run:
+    """The last stage's run of the curriculum: the sequential endpoint the tables call ``seq_final``."""
+    return sequential_run(cfg, len(cfg.pipeline.curriculum))
+
+
 def run_sequential_stage(cfg: Config, index: int) -> Run:
     """Train stage ``index`` of the curriculum, then evaluate it (each skipped when already complete).
     Returns the training run; its scores are in ``<run>/eval/metrics.json``."""

@@ -17,7 +17,7 @@ from acl_lib.views import load_scores, load_standard_errors, scores_frame
 
 def _comparison_rows(cfg, runs: Sequence[str], oracles: bool) -> tuple[str, list[str]]:
     """The last stage's run name and the runs a comparison table reads: that stage, ``runs``, the oracles."""
-    final = pipeline.sequential_run(cfg, len(cfg.pipeline.curriculum)).name
+    final = pipeline.final_run(cfg).name
     return final, [final, *runs, *([f"oracle_{d}" for d in cfg.pipeline.curriculum] if oracles else [])]
 
 

@@ -87,7 +87,7 @@ def _zero3_settings(cfg) -> dict:
 
 def memory_plan_for(cfg, n_teachers: int = 4) -> dict:
     """``memory_plan`` for this profile's student: ``seq_final``'s checkpoint when it exists, else the base model's."""
-    final = pipeline.sequential_run(cfg, len(cfg.pipeline.curriculum))
+    final = pipeline.final_run(cfg)
     source = final.path / "model" if final.is_complete() else pipeline.model_dir(pipeline.base_run(cfg))
     return memory_plan(cfg, checkpoint_parameter_count(source), n_teachers, *_vocab_and_width(source))
 

@@ -33,7 +33,7 @@ def _oracle_sft_models(cfg) -> dict:
 
 
 def directions_run(cfg, names: tuple[str, str] = ("sdft", "sdft_base")):
-    final = pipeline.sequential_run(cfg, len(cfg.pipeline.curriculum))
+    final = pipeline.final_run(cfg)
     oracles = [pipeline.oracle_run(cfg, d) for d in cfg.pipeline.curriculum]
     runs = [sdft_run(cfg, SDFTSpec(names[0])), sdft_run(cfg, SDFTSpec(names[1], start="base"))]
     return Run(cfg, DIRECTIONS_RUN, sections=(), inputs=[pipeline.base_run(cfg), final, *runs, *oracles],

@@ -88,7 +88,7 @@ def ablation_specs(cfg, mixture: Mapping[str, float] | None = None, orders: Sequ
 
 
 def start_run(cfg, start: str):
-    return pipeline.base_run(cfg) if start == "base" else pipeline.sequential_run(cfg, len(cfg.pipeline.curriculum))
+    return pipeline.base_run(cfg) if start == "base" else pipeline.final_run(cfg)
 
 
 def sdft_cfg(cfg):
