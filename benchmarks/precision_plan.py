@@ -69,7 +69,8 @@ def main(argv=None) -> None:
         for a, c in zip(seq, seq[1:]):
             for rec in sorted(glob.glob(str(root / f"seed{s}" / c / "eval" / "records" / "*.jsonl"))):
                 b = Path(rec).stem
-                ta, tb = read_task_counts(root / f"seed{s}" / a / "eval" / "records" / f"{b}.jsonl"), read_task_counts(rec)
+                ta = read_task_counts(root / f"seed{s}" / a / "eval" / "records" / f"{b}.jsonl")
+                tb = read_task_counts(rec)
                 if ta is None or tb is None or not same_tasks([ta, tb]):
                     continue
                 se = contrast_se([(1.0, tb), (-1.0, ta)])
