@@ -246,3 +246,21 @@ def test_merge_validation_and_sdft_sampling_in_child_processes_score_the_same(ba
     from acl_lib.processes import call_in_child
 
     assert call_in_child(sample_oracle, cfg, "if", str(base_dir)) == sample_oracle(cfg, "if", str(base_dir))
+
+
+def test_the_stopping_checks_use_held_out_training_tasks_of_tool_worlds_only(tmp_path):
+    """sft.stop_check_tasks training tasks, none a task the teacher was run on; none for a world without tools
+    (math), nor with the criterion off."""
+    from acl_lib.train.stage import check_tasks, demo_tasks
+
+    cfg = load_config("mini", overrides={"output_dir": str(tmp_path), "sft.stop_at_well_formed": 0.8,
+                                         "sft.stop_check_tasks": 24})
+    env = make_env("search", cfg)
+    demos = demo_tasks(env, cfg)
+    held = check_tasks(env, cfg, demos)
+    assert len(held) == 24 and not {t.id for t in held} & {t.id for t in demos}
+    assert all(t.tools for t in held) and len({t.id for t in held}) == 24
+    math = make_env("math", cfg)
+    assert check_tasks(math, cfg, demo_tasks(math, cfg)) == []
+    off = load_config("mini", overrides={"output_dir": str(tmp_path), "sft.stop_at_well_formed": 0})
+    assert check_tasks(env, off, demos) == []

@@ -181,3 +181,70 @@ def test_cold_start_budget_is_capped_in_passes_over_the_demos(base_dir, tmp_path
     summary = sft.train_sft(cfg, base_dir, rows, tmp_path / "run")
     assert len(rows) == 6 and summary["steps"] == 3 == summary["planned_steps"]  # ceil(2 x 6 / 4)
     assert summary["epochs"] == 2.0
+
+
+def test_tool_call_counts_pass_only_episodes_that_call_tools_cleanly():
+    """The cold start's criterion: an episode counts when it made at least one tool call and none was malformed (a
+    model that stops calling tools, or writes one broken call beside good ones, does not pass)."""
+    env = DeskEnv()
+    tasks = env.tasks("train", 4)
+
+    def play(policy):
+        eps = [env.start(t, max_turns=6) for t in tasks]
+        for ep in eps:
+            while not ep.done:
+                ep.step(policy(ep.task, ep.messages))
+        return eps
+
+    def sloppy(task, messages):
+        text = desk_expert(task, messages)
+        broken = '<tool_call>\n{"name": "lookup", "arguments": \n</tool_call>\n'
+        return broken + text if "<tool_call>" in text else text
+
+    clean = sft.tool_call_counts(play(desk_expert))
+    assert clean["well_formed_share"] == 1.0 and clean["episodes_calling"] == 4
+    assert clean["attempts"] == clean["well_formed"] > 0
+    broken = sft.tool_call_counts(play(sloppy))
+    assert broken["well_formed_share"] == 0.0 and broken["attempts"] - broken["well_formed"] == 4
+    silent = sft.tool_call_counts(play(lambda task, messages: "About seven."))
+    assert silent == {"episodes": 4, "attempts": 0, "well_formed": 0, "episodes_calling": 0, "well_formed_share": 0.0}
+    mixed = sft.tool_call_counts(play(desk_expert)[:3] + play(sloppy)[:1])
+    assert mixed["well_formed_share"] == 0.75
+
+
+@pytest.mark.slow
+def test_the_cold_start_stops_at_the_first_check_that_reaches_the_criterion(base_dir, tmp_path, monkeypatch):
+    """sft.stop_at_well_formed: checked every stop_check_every steps on the held-out tasks; the run stops at the
+    first check at or above the threshold (max_steps the cap), the checks are recorded, and a run that never
+    reaches it trains max_steps and says so. The check itself runs the trainer's model through the engine."""
+    import acl_lib.train.trl_env as trl_env
+
+    env = DeskEnv()
+    rows, _ = sft.collect_demos(env, desk_expert, env.tasks("train", 6), max_turns=6)
+    held_out = tmp_path / "check_tasks.jsonl"
+    held_out.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in env.tasks("train", 3, seed=5)))
+    monkeypatch.setattr(trl_env, "make_env", lambda domain, cfg: env)
+    real = sft.check_tool_syntax
+    shares, seen = iter([0.25, 0.5, 0.875, 1.0]), []
+
+    def scripted(model, tok, env_, tasks, max_turns, max_new_tokens, batch_size):
+        out = real(model, tok, env_, tasks, max_turns, max_new_tokens, batch_size)  # the real check runs
+        seen.append((out["episodes"], model.training))
+        return {**out, "well_formed_share": next(shares)}
+
+    monkeypatch.setattr(sft, "check_tool_syntax", scripted)
+    cfg = tiny_cfg(tmp_path, **{"sft.max_steps": 12, "sft.batch_size": 2, "sft.stop_at_well_formed": 0.8,
+                                "sft.stop_check_every": 2, "grpo.max_turns": 3, "grpo.max_new_tokens": 8})
+    summary = sft.train_sft(cfg, base_dir, rows, tmp_path / "run", domain="desk", check_tasks=held_out)
+    assert summary["steps"] == 6 and summary["stopped_at_step"] == 6  # 0.25 at 2, 0.5 at 4, 0.875 at 6: stop
+    assert summary["checks"] == [[2, 0.25], [4, 0.5], [6, 0.875]]
+    assert seen == [(3, True)] * 3  # three held-out episodes each time; the model back in training mode after
+    checks = sft.read_checks(tmp_path / "run" / sft.STOP_CHECKS)
+    assert [c["step"] for c in checks] == [2, 4, 6] and all(c["threshold"] == 0.8 for c in checks)
+
+    shares = iter([0.0] * 10)
+    never = tiny_cfg(tmp_path, **{"sft.max_steps": 5, "sft.batch_size": 2, "sft.stop_at_well_formed": 0.8,
+                                  "sft.stop_check_every": 2, "grpo.max_turns": 3, "grpo.max_new_tokens": 8})
+    summary = sft.train_sft(never, base_dir, rows, tmp_path / "never", domain="desk", check_tasks=held_out)
+    assert summary["steps"] == 5 and summary["stopped_at_step"] is None
+    assert [s for s, _ in summary["checks"]] == [2, 4, 5]  # and once more at the cap, for the record

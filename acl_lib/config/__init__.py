@@ -362,6 +362,13 @@ class SFTConfig(_Section):
     # Encode a batch's common prefix (system prompt, tool schemas) once and let every row attend to its cache:
     # the same loss and gradients, less compute where conversations share a long opening (the retail desk).
     share_prefix: bool = False
+    # The cold start's stopping criterion, fixed in advance (acl_lib.train.sft.WellFormedStop): stop at the first
+    # check where this share of greedy episodes on stop_check_tasks held-out training tasks (none of them a demo's)
+    # make at least one tool call and no malformed one; checked every stop_check_every optimizer steps, max_steps
+    # the cap. 0 = off (train max_steps). Worlds without tools always train max_steps.
+    stop_at_well_formed: float = Field(0.0, ge=0, le=1)
+    stop_check_every: int = Field(8, ge=1)
+    stop_check_tasks: int = Field(16, ge=1)
     # Who the cold start's demos are sampled from (acl_lib.train.stage): "expert" (the world's scripted expert: the
     # smoke and mini profiles), "base" (the base checkpoint), "incoming" (the checkpoint the stage starts from), a
     # model directory or hub id, or with teacher_url the name of the model an OpenAI-compatible endpoint serves.

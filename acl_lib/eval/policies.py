@@ -182,6 +182,17 @@ class HFPolicy:
         self._setup(str(model_dir), model.eval(), tok, device, max_new_tokens, temperature, top_p, batch_size,
                     ReferenceTurnGenerator if reference else TurnGenerator, reuse=reuse_kv)
 
+    @classmethod
+    def of_model(cls, model, tok, max_new_tokens: int, batch_size: int = 16, name: str = "in-memory") -> HFPolicy:
+        """A greedy policy around a model already loaded (a trainer's, mid-training: the cold start's stopping
+        check, ``acl_lib.train.sft.WellFormedStop``). The caller keeps the model unchanged while it is used."""
+        import copy
+
+        policy = cls.__new__(cls)
+        device = next(model.parameters()).device
+        policy._setup(name, model, copy.copy(tok), device, max_new_tokens, 0.0, 1.0, batch_size)
+        return policy
+
     def _setup(self, name: str, model, tok, device, max_new_tokens: int, temperature: float, top_p: float,
                batch_size: int, generator=TurnGenerator, **generator_kwargs) -> None:
         """The policy's state around a loaded ``model``: what every method reads. A subclass that loads its

@@ -145,6 +145,129 @@ def read_rows(dataset: list[dict] | str | Path) -> list[dict]:
     return list(dataset)
 
 
+# --- the cold start's stopping criterion ------------------------------------------------------------------
+
+
+def tool_call_counts(episodes) -> dict:
+    """The tool calls of finished ``episodes``: ``attempts`` (calls written, parsed or not), ``well_formed`` (calls
+    that parsed, named a tool of the task and whose arguments fit its schema: attempts minus protocol errors),
+    ``episodes_calling`` (episodes with at least one attempt) and ``well_formed_share`` (episodes with at least one
+    call and none malformed, as a share of all: a model that stops calling tools does not pass)."""
+    def calls(ep) -> int:
+        return sum(len(m.get("tool_calls") or []) + len(m.get("malformed_calls") or [])
+                   for m in ep.messages if m.get("role") == "assistant")
+
+    attempts = sum(calls(ep) for ep in episodes)
+    errors = sum(len(ep.protocol_errors) for ep in episodes)
+    calling = [ep for ep in episodes if calls(ep)]
+    clean = sum(not ep.protocol_errors for ep in calling)
+    return {"episodes": len(episodes), "attempts": attempts, "well_formed": attempts - errors,
+            "episodes_calling": len(calling), "well_formed_share": clean / len(episodes) if episodes else 0.0}
+
+
+def check_tool_syntax(model, tok, env, tasks: list[Task], max_turns: int, max_new_tokens: int,
+                      batch_size: int = 16) -> dict:
+    """``tool_call_counts`` of greedy episodes of ``model`` (as it is now: the trainer's, mid-training) on
+    ``tasks``, through the evaluator's engine, plus their mean ``reward``."""
+    import torch
+
+    from acl_lib.eval.policies import HFPolicy
+
+    was_training = model.training
+    model.eval()
+    try:
+        policy = HFPolicy.of_model(model, tok, max_new_tokens, batch_size=batch_size, name="cold start check")
+        episodes = [env.start(task, max_turns=max_turns) for task in tasks]
+        with torch.no_grad():
+            run_episodes(policy, episodes, batch_size=batch_size)
+        policy.close()
+    finally:
+        model.train(was_training)
+    out = tool_call_counts(episodes)
+    out["reward"] = sum(ep.reward() for ep in episodes) / len(episodes) if episodes else 0.0
+    return out
+
+
+def read_tasks(path: str | Path) -> list[Task]:
+    return [Task.from_dict(json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def _stop_callback():
+    from transformers import TrainerCallback
+
+    class WellFormedStop(TrainerCallback):
+        """Stop the cold start once ``threshold`` of the held-out training tasks' greedy episodes make well-formed
+        tool calls only (``tool_call_counts``), checked every ``every`` optimizer steps: the study's criterion ("so
+        the model learns tool syntax"), fixed before any run, instead of a step count chosen from downstream
+        scores. ``sft.max_steps`` stays the cap. Each check is appended to ``checks_path`` (jsonl). Under several
+        processes the first checks, with every rank's parameters gathered where ZeRO-3 partitions them, and its
+        decision is broadcast."""
+
+        def __init__(self, threshold: float, every: int, check, checks_path: Path):
+            self.threshold, self.every, self.check, self.path = threshold, every, check, Path(checks_path)
+            self.reached_at: int | None = None
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % self.every and state.global_step < state.max_steps:
+                return control  # checked every `every` steps, and at the last for the record
+            import torch.distributed as dist
+
+            distributed = dist.is_available() and dist.is_initialized()
+            rank0 = not distributed or dist.get_rank() == 0
+            with _gathered(model):
+                row = self.check(model) if rank0 else None
+            if distributed:
+                box = [row]
+                dist.broadcast_object_list(box, src=0)
+                row = box[0]
+            row = {"step": state.global_step, **row, "threshold": self.threshold}
+            stop = row["well_formed_share"] >= self.threshold
+            if rank0:
+                with self.path.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+                logger.info("cold start check at step %d: %.0f%% of %d held-out episodes make well-formed tool "
+                            "calls only (stop at %.0f%%)%s", state.global_step, 100 * row["well_formed_share"],
+                            row["episodes"], 100 * self.threshold, ": stopping" if stop else "")
+            if stop:
+                self.reached_at = state.global_step
+                control.should_training_stop = True
+            return control
+
+    return WellFormedStop
+
+
+def _gathered(model):
+    """Every parameter whole for the duration (ZeRO-3 partitions them across ranks; elsewhere a no-op)."""
+    import contextlib
+
+    params = [p for p in model.parameters() if hasattr(p, "ds_id")]
+    if not params:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
+
+
+STOP_CHECKS = "stop_checks.jsonl"
+
+
+def read_checks(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def stop_summary(cfg: Config, path: Path, steps: int) -> dict:
+    """What ``train_summary.json`` says of the stopping criterion: the threshold, the step it was reached at (None
+    when the run ran to ``sft.max_steps`` without), the share at the last check and every check's step and share."""
+    checks = read_checks(path)
+    reached = next((c["step"] for c in checks if c["well_formed_share"] >= c["threshold"]), None)
+    if reached is None and checks:
+        logger.warning("cold start: %d steps without reaching %.0f%% well-formed episodes (last check %.0f%%)",
+                       steps, 100 * cfg.sft.stop_at_well_formed, 100 * checks[-1]["well_formed_share"])
+    return {"stop_at_well_formed": cfg.sft.stop_at_well_formed, "stopped_at_step": reached,
+            "last_well_formed_share": checks[-1]["well_formed_share"] if checks else None,
+            "checks": [[c["step"], round(c["well_formed_share"], 4)] for c in checks]}
+
+
 MIN_SHARED_PREFIX = 64  # tokens: below this, sharing the prefix saves less than the extra forward call costs
 
 
@@ -244,9 +367,13 @@ def sft_steps(s, n_rows: int) -> int:
 
 
 def train_sft(cfg: Config, model_dir: str | Path, dataset: list[dict] | str | Path, out_dir: str | Path,
-              sequential: bool = False, by_length: bool = False) -> dict:
+              sequential: bool = False, by_length: bool = False, domain: str | None = None,
+              check_tasks: str | Path | None = None) -> dict:
     """SFT the model in ``model_dir`` on chat rows (a list, or a jsonl path) into ``<out_dir>/model``;
     ``sequential``: in the rows' order rather than shuffled; ``by_length``: in batches of similar length (``sft_args``).
+    With ``check_tasks`` (a jsonl of tasks of world ``domain``) and ``sft.stop_at_well_formed`` set, the run stops
+    at the first check where that share of their greedy episodes makes well-formed tool calls only
+    (``WellFormedStop``; the checks in ``stop_checks.jsonl``).
 
     Writes ``train_log.jsonl``, ``train_summary.json``, ``checkpoints/`` (resumed from) and ``model/`` into
     ``out_dir``; returns the summary.
@@ -265,8 +392,19 @@ def train_sft(cfg: Config, model_dir: str | Path, dataset: list[dict] | str | Pa
     zero3_loaded = common.zero3_loaded(model)
     log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "sft"})
     cls = _prefix_shared_trainer() if cfg.sft.share_prefix else SFTTrainer
+    callbacks, stopper = [log], None
+    s = cfg.sft
+    if check_tasks is not None and s.stop_at_well_formed > 0:
+        from acl_lib.train.trl_env import make_env  # the trainers' layer: imported when a check is asked for
+
+        env, tasks = make_env(domain, cfg), read_tasks(check_tasks)
+        check = lambda m: check_tool_syntax(m, tok, env, tasks, cfg.grpo.max_turns,  # noqa: E731
+                                            cfg.grpo.max_new_tokens, batch_size=len(tasks))
+        stopper = _stop_callback()(s.stop_at_well_formed, s.stop_check_every, check,
+                                   Path(out_dir) / STOP_CHECKS)
+        callbacks.append(stopper)
     trainer = cls(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                  callbacks=[log])
+                  callbacks=callbacks)
     trainer.acl_zero3_loaded = zero3_loaded
     common.show_progress(trainer, "sft")
     if len(trainer.train_dataset) == 0:  # TRL drops rows whose assistant turns were all cut off
@@ -282,7 +420,8 @@ def train_sft(cfg: Config, model_dir: str | Path, dataset: list[dict] | str | Pa
     trainer.train(resume_from_checkpoint=common.last_checkpoint(out_dir))
     wall = time.perf_counter() - t0
     common.save_final_model(trainer, tok, out_dir)
-    summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="sft",
+    stop = stop_summary(cfg, Path(out_dir) / STOP_CHECKS, trainer.state.global_step) if stopper else {}
+    summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="sft", **stop,
                                rows=len(rows), dataset_tokens=n_tokens, truncated_rows=n_cut, planned_steps=steps,
                                epochs=round(steps * cfg.sft.batch_size / len(rows), 3),
                                **common.distributed_info(trainer))

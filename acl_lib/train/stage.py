@@ -11,7 +11,10 @@
   (``sft.teacher_url``). An episode is kept when it scores 1 with no protocol error and is not a duplicate of a
   sample of the same task kept before it (``sft.assistant_text`` equal: the assistant turns' text and tool calls,
   lowercased, whitespace collapsed). ``demos.json`` says who the teacher was and counts tried / kept / duplicates /
-  rejections by reason; when nothing is kept the stage fails (``ColdStartError``) before any training;
+  rejections by reason; when nothing is kept the stage fails (``ColdStartError``) before any training. With
+  ``sft.stop_at_well_formed`` the cold start stops at a criterion fixed in advance, the study's "so the model learns
+  tool syntax": the first check (every ``sft.stop_check_every`` steps) where that share of greedy episodes on
+  ``sft.stop_check_tasks`` held-out training tasks (``check_tasks``) make tool calls, none malformed;
 * then GRPO from the incoming (or cold-started) checkpoint on the world's verifiable reward, multi-turn with
   tool use for the tool worlds.
 
@@ -61,6 +64,23 @@ def demo_tasks(env, cfg: Config):
     """Tasks the teacher is run on: twice ``cfg.sft.num_demos`` training tasks (rejections leave room), drawn
     with a seed offset so the demos are not the GRPO tasks themselves."""
     return env.tasks("train", 2 * cfg.sft.num_demos, seed=cfg.seed + 1)
+
+
+def check_tasks(env, cfg: Config, demos: list) -> list:
+    """The held-out training tasks the cold start's stopping criterion is checked on (``sft.stop_at_well_formed``):
+    ``sft.stop_check_tasks`` training tasks drawn with another seed offset, none of them a task the teacher was run
+    on. Empty when the criterion is off or the world's tasks have no tools (nothing to check: ``max_steps`` rules)."""
+    s = cfg.sft
+    if s.stop_at_well_formed <= 0:
+        return []
+    seen = {t.id for t in demos}
+    pool = [t for t in env.tasks("train", s.stop_check_tasks + len(seen), seed=cfg.seed + 2) if t.id not in seen]
+    if pool and not pool[0].tools:
+        return []
+    if len(pool) < s.stop_check_tasks:
+        raise ConfigError(f"sft.stop_check_tasks={s.stop_check_tasks}: the world's training split has only "
+                          f"{len(pool)} tasks that are not demos'; lower it")
+    return pool[: s.stop_check_tasks]
 
 
 class ColdStartError(RuntimeError):
@@ -159,7 +179,14 @@ def cold_start(cfg: Config, domain: str, init_model_dir: str, out_dir: str | Pat
             "more (sft.samples_per_task, sft.teacher_temperature) or take a stronger sft.teacher (a model, an "
             "endpoint, or expert); nothing was trained")
     demos = sft.write_rows(rows, sft_dir / "demos.jsonl")
-    launch(cfg, "sft", sft_dir, model_dir=str(init_model_dir), dataset=str(demos))
+    env = make_env(domain, cfg)
+    held_out = check_tasks(env, cfg, demo_tasks(env, cfg))
+    job = {"model_dir": str(init_model_dir), "dataset": str(demos)}
+    if held_out:  # the stopping criterion's tasks, for the SFT job (which may run in other processes)
+        path = sft_dir / "check_tasks.jsonl"
+        path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in held_out))
+        job.update(domain=domain, check_tasks=str(path))
+    launch(cfg, "sft", sft_dir, **job)
     return str(model)
 
 
