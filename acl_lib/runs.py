@@ -280,6 +280,8 @@ class Run:
 
         header = f"# run {self.name}: config_hash {config_hash}; sections {list(self.sections or ['all'])}\n"
         header += "".join(f"# input {r.name}: {r.completion_hash()}\n" for r in self.inputs)
+        if self.extra:  # keyed on too: what the run is beyond the config (an MLE expert's own recipe)
+            header += f"# extra: {json.dumps(self.extra, sort_keys=True, default=str)}\n"
         atomic_write_text(self.path / CONFIG, header + yaml.safe_dump(self.cfg.to_dict(), sort_keys=False))
         started = time.time()
         self.write_json(

@@ -142,6 +142,7 @@ def train_grpo(cfg: Config, model_dir: str | Path, domain: str, out_dir: str | P
     wall = time.perf_counter() - t0
     common.save_final_model(trainer, trainer.processing_class, out_dir)
     summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="grpo",
+                               rollouts_per_step=cfg.grpo.batch_size, num_generations=cfg.grpo.num_generations,
                                domain=domain, tasks=len(tasks), multi_turn=trl_env.is_multi_turn(tasks),
                                **common.distributed_info(trainer))
     return common.write_summary(trainer, out_dir, summary)

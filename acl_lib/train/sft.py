@@ -422,6 +422,7 @@ def train_sft(cfg: Config, model_dir: str | Path, dataset: list[dict] | str | Pa
     common.save_final_model(trainer, tok, out_dir)
     stop = stop_summary(cfg, Path(out_dir) / STOP_CHECKS, trainer.state.global_step) if stopper else {}
     summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="sft", **stop,
+                               rows_per_step=cfg.sft.batch_size,
                                rows=len(rows), dataset_tokens=n_tokens, truncated_rows=n_cut, planned_steps=steps,
                                epochs=round(steps * cfg.sft.batch_size / len(rows), 3),
                                **common.distributed_info(trainer))

@@ -126,6 +126,7 @@ def train_lora_sft(cfg, backbone_dir, dataset, out_dir, rank: int | None = None)
     wall = time.perf_counter() - t0
     common.save_final_model(trainer, tok, out_dir)  # a PEFT model saves its adapter only
     summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="lora_sft",
+                               rows_per_step=cfg.sft.batch_size,
                                rows=len(rows), **_in_memory_check(trainer, backbone_dir),
                                **common.distributed_info(trainer))
     return common.write_summary(trainer, out_dir, summary)
@@ -158,6 +159,7 @@ def train_lora_grpo(cfg, backbone_dir, domain: str, out_dir, init_adapter=None, 
     wall = time.perf_counter() - t0
     common.save_final_model(trainer, tok, out_dir)
     summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="lora_grpo",
+                               rollouts_per_step=cfg.grpo.batch_size, num_generations=cfg.grpo.num_generations,
                                domain=domain, tasks=len(tasks), multi_turn=multi,
                                **_in_memory_check(trainer, backbone_dir), **common.distributed_info(trainer))
     return common.write_summary(trainer, out_dir, summary)

@@ -211,6 +211,7 @@ def train_mmopd(cfg, out_dir, student_dir: str, teacher_dirs: Mapping[str, str],
     wall = time.perf_counter() - t0
     common.save_final_model(trainer, tok, out_dir)
     summary = common.summarize(common.read_log(out_dir / common.TRAIN_LOG), wall, job="mmopd", prompts=len(tasks),
+                               rollouts_per_step=cfg.mmopd.batch_size,
                                prompts_per_domain=prompts_per_domain(mixture, cfg.mmopd.n_prompts),
                                **common.distributed_info(trainer))
     return common.write_summary(trainer, out_dir, summary)
