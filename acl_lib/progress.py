@@ -277,3 +277,19 @@ def _point_library_handlers(streams, target):
                 if target is not None:
                     h.setStream(target)
     return found
+
+
+class _Silent:
+    def update(self, *args, **kwargs) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def maybe_progress(show: bool, total: int, desc: str, unit: str) -> Iterator[Progress | _Silent]:
+    """A ``Progress`` line when ``show``, else a silent stand-in with the same ``update`` (tests, library callers
+    that print nothing)."""
+    if not show:
+        yield _Silent()
+        return
+    with Progress(total, desc, unit=unit) as bar:
+        yield bar

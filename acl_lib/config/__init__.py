@@ -482,8 +482,7 @@ class PipelineConfig(_Section):
     @field_validator("cold_start")
     @classmethod
     def _check_cold_start(cls, v: dict[str, bool]) -> dict[str, bool]:
-        check_domains(v)
-        return v
+        return check_domains(v)
 
 
 class Config(_Section):

@@ -108,8 +108,7 @@ class MLEConfig(_Section):
     @field_validator("stage_overrides")
     @classmethod
     def _check_overrides(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
-        check_domains(v)
-        return v
+        return check_domains(v)
 
 
 class LauncherConfig(_Section):

@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from acl_lib.atomic import atomic_write_text
-from acl_lib.diagnostics.weights import _progress
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
 from acl_lib.eval.harness import benchmark_size, world
 from acl_lib.eval.policies import eval_device
 from acl_lib.pipeline import sequential_run
+from acl_lib.progress import maybe_progress
 from acl_lib.runs import Run, run_once
 from acl_lib.steps import stage_notebook
 
@@ -255,7 +255,7 @@ def score_reference(episodes: list[dict], models: Mapping[str, str], reference: 
     token = np.array([encoded[e][0][p] for e, p in zip(episode, pos)], dtype=np.int64)
     order = [reference] + [n for n in models if n != reference]
     top1, ref_entropy = {}, None
-    with _progress(progress, len(order), "tokens: teacher forcing", "checkpoint") as bar:
+    with maybe_progress(progress, len(order), "tokens: teacher forcing", "checkpoint") as bar:
         for name in order:
             model = _load_model(str(models[name]), dtype, dev)
             if model.config.vocab_size < len(tok):

@@ -24,14 +24,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from acl_lib.model.checkpoint_files import TensorReaders, resolve_model_dir, safetensors_index
-from acl_lib.progress import Progress
+from acl_lib.progress import maybe_progress
 from acl_lib.steps import made_by
 
 # Where the SDFT step writes the study's update-direction check (the same SFT mixture from the base and from the
@@ -68,21 +67,6 @@ def layer_of(name: str) -> int | None:
 def groups_of(name: str) -> list[str]:
     layer = layer_of(name)
     return ["all", f"type:{module_type(name)}", f"layer:{'none' if layer is None else layer}"]
-
-
-class _NoProgress:
-    def update(self, *args, **kwargs) -> None:
-        pass
-
-
-@contextmanager
-def _progress(show: bool, total: int, desc: str, unit: str):
-    """An ``acl_lib.progress.Progress`` line, or a silent stand-in (tests, library callers that print nothing)."""
-    if not show:
-        yield _NoProgress()
-        return
-    with Progress(total, desc, unit=unit) as bar:
-        yield bar
 
 
 # --- the Gram ----------------------------------------------------------------------------------------------
@@ -207,7 +191,7 @@ def streamed_gram(models: Mapping[str, str | Path], base: str, block_elements: i
     grams: dict[str, np.ndarray] = {}
     sizes: dict[str, int] = {}
 
-    with _progress(progress, len(tensors), "weights: gram", "tensor") as bar:
+    with maybe_progress(progress, len(tensors), "weights: gram", "tensor") as bar:
         for name in tensors:
             slices = {n: readers[n].slice(name) for n in names}
             shape = slices[base].get_shape()

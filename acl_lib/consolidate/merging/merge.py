@@ -16,8 +16,8 @@ from pathlib import Path
 
 from acl_lib import pipeline
 from acl_lib.consolidate.merging.specs import METHODS, MergeSpec, complete_inputs, merge_run
-from acl_lib.diagnostics.weights import _progress
 from acl_lib.model.checkpoint_files import TensorReaders, resolve_model_dir, safetensors_index
+from acl_lib.progress import maybe_progress
 from acl_lib.runs import run_once
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
@@ -217,7 +217,7 @@ def merge_checkpoints(base_dir, source_dirs: Sequence, weights: Sequence[float],
     entries = [(n, base[n][1], base[n][2]) for n in names]
     readers = [TensorReaders({n: layout[n][0] for n in layout}) for layout in (base, *sources)]
 
-    with _progress(progress, len(names), "merge", "tensor") as bar:
+    with maybe_progress(progress, len(names), "merge", "tensor") as bar:
         def produce(name):
             theta0 = readers[0].tensor(name)
             thetas = [r.tensor(name) for r in readers[1:]]

@@ -20,11 +20,11 @@ from pathlib import Path
 from acl_lib import pipeline
 from acl_lib.consolidate.merging.merge import merge_checkpoints
 from acl_lib.consolidate.merging.specs import checkpoint_runs, complete_inputs
-from acl_lib.diagnostics.weights import _progress
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
 from acl_lib.eval import harness, policies  # called through the modules: tests swap harness.world
 from acl_lib.model.checkpoint_files import resolve_model_dir
 from acl_lib.processes import call_in_child
+from acl_lib.progress import maybe_progress
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
 
@@ -135,7 +135,7 @@ def search_weights(base_dir, source_dirs: Sequence, candidates: Sequence[Sequenc
     ``scorer(model_dir) -> {domain: %}`` and remove it. Returns ``[{"weights", "scores"}]`` in candidate order."""
     work = Path(work_dir) / "candidate"
     out = []
-    with _progress(progress, len(candidates), "validation", "candidate") as bar:
+    with maybe_progress(progress, len(candidates), "validation", "candidate") as bar:
         for lam in candidates:
             shutil.rmtree(work, ignore_errors=True)
             merge_checkpoints(base_dir, source_dirs, lam, work)
@@ -171,7 +171,7 @@ def run_validation_search(cfg, sources: Sequence[str], grid: Sequence[float], n_
         task_ids: dict = {}
         envs: dict = {}
         oracle = {}
-        with _progress(True, len(oracle_dirs), "validation: oracles", "oracle") as bar:
+        with maybe_progress(True, len(oracle_dirs), "validation: oracles", "oracle") as bar:
             for d, m in oracle_dirs.items():
                 oracle[d] = validation_scores(cfg, str(m), [d], n_tasks, task_ids, envs)[d]
                 bar.update(1, **{d: round(oracle[d], 1)})
