@@ -248,3 +248,37 @@ def test_the_cold_start_stops_at_the_first_check_that_reaches_the_criterion(base
     summary = sft.train_sft(never, base_dir, rows, tmp_path / "never", domain="desk", check_tasks=held_out)
     assert summary["steps"] == 5 and summary["stopped_at_step"] is None
     assert [s for s, _ in summary["checks"]] == [2, 4, 5]  # and once more at the cap, for the record
+
+
+def test_heldout_rows_are_evenly_spaced_and_the_rest_keep_their_order():
+    rows = [{"i": i} for i in range(40)]
+    train, held = sft.split_heldout(rows, 0.25)
+    assert len(held) == 10 and [r["i"] for r in held] == list(range(0, 40, 4))
+    assert [r["i"] for r in train] == [i for i in range(40) if i % 4]
+    assert sft.split_heldout(rows, 0.0) == (rows, [])
+    assert len(sft.split_heldout(rows, 0.01)[1]) == sft.MIN_HELDOUT  # at least eight
+    assert len(sft.split_heldout(rows[:6], 0.5)[1]) == 3  # half at most
+
+
+@pytest.mark.slow
+def test_sft_stops_when_the_heldout_loss_stops_falling(base_dir, tmp_path):
+    """sft.heldout_fraction: the held-out loss every eval_every steps; the run stops after `patience` measurements
+    without a new low (read back from the recorded losses), and runs to max_steps when patience is never spent."""
+    env = DeskEnv()
+    rows, _ = sft.collect_demos(env, desk_expert, env.tasks("train", 12), max_turns=6)
+    over = {"sft.batch_size": 2, "sft.heldout_fraction": 0.34, "sft.eval_every": 4, "sft.learning_rate": 0.05}
+    # six training rows: the held-out loss stops falling within a few dozen steps (56 when this was written)
+    cfg = tiny_cfg(tmp_path, **over, **{"sft.max_steps": 200, "sft.patience": 2})
+    s = sft.train_sft(cfg, base_dir, rows, tmp_path / "run")
+    losses = s["heldout_losses"]
+    assert s["heldout_rows"] == 6 and s["rows"] == 6 and [x for x, _ in losses] == list(range(4, s["steps"] + 1, 4))
+    best, bad, stop = float("inf"), 0, None
+    for step, loss in losses:
+        best, bad = (loss, 0) if loss < best - 1e-4 else (best, bad + 1)
+        if bad >= 2:
+            stop = step
+            break
+    assert stop is not None and s["stopped_at_step"] == stop == s["steps"] < 200
+    patient = tiny_cfg(tmp_path, **over, **{"sft.max_steps": 12, "sft.patience": 50})
+    s = sft.train_sft(patient, base_dir, rows, tmp_path / "patient")
+    assert s["steps"] == 12 and s["stopped_at_step"] is None and len(s["heldout_losses"]) == 3

@@ -57,9 +57,14 @@ class SDFTConfig(_Section):
     # Presentation order of the union: "shuffle" (interleaved), "staged" (domain by domain, curriculum order),
     # "difficulty" (easiest first, by the task's difficulty then episode length).
     order: Literal["shuffle", "staged", "difficulty"] = "shuffle"
-    max_steps: int = Field(40, ge=0)
+    max_steps: int = Field(40, ge=0)  # the cap, with heldout_fraction set
     batch_size: int = Field(8, ge=1)
     learning_rate: float = Field(5e-4, gt=0)
+    # Train until the SFT loss stops falling on held-out samples: this share of the union held out (0 = off, train
+    # max_steps), its loss every eval_every steps, stop after patience measurements without a new low.
+    heldout_fraction: float = Field(0.0, ge=0, lt=1)
+    eval_every: int = Field(10, ge=1)
+    patience: int = Field(2, ge=1)
 
     _mixture = field_validator("mixture")(classmethod(lambda cls, v: _check_mixture(v)))
 
@@ -81,7 +86,9 @@ class MLEConfig(_Section):
     num_demos: int = Field(64, ge=1)  # cold-start demos (at most the stage's own sft.num_demos)
     sft_max_steps: int = Field(40, ge=0)
     sft_learning_rate: float = Field(1e-3, gt=0)
-    grpo_max_steps: int = Field(10, ge=0)
+    # None: the stage's own GRPO steps (cfg.for_stage(d)), so each expert gets its oracle's RL budget (rollouts a
+    # step are the stage's grpo.batch_size either way)
+    grpo_max_steps: int | None = Field(10, ge=0)
     grpo_learning_rate: float = Field(2e-4, gt=0)
     # Further per-expert settings, as dotted overrides on top of the above (e.g. {"ecom": ["grpo.max_steps=2"]}).
     stage_overrides: dict[str, list[str]] = Field(default_factory=dict)

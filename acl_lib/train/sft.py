@@ -249,6 +249,50 @@ def _gathered(model):
 
 
 STOP_CHECKS = "stop_checks.jsonl"
+MIN_HELDOUT = 8  # held-out rows at least, when sft.heldout_fraction is set
+
+
+def split_heldout(rows: list[dict], fraction: float) -> tuple[list[dict], list[dict]]:
+    """``(train, heldout)``: ``fraction`` of ``rows`` (at least ``MIN_HELDOUT``, and half at most) held out, evenly
+    spaced so the training rows keep their order (SDFT's presentation orders); all rows train when 0."""
+    if fraction <= 0:
+        return list(rows), []
+    n = min(len(rows) // 2, max(MIN_HELDOUT, round(fraction * len(rows))))
+    if n <= 0:
+        return list(rows), []
+    picked = {round(i * len(rows) / n) for i in range(n)}
+    return [r for i, r in enumerate(rows) if i not in picked], [r for i, r in enumerate(rows) if i in picked]
+
+
+def _heldout_stop():
+    from transformers import TrainerCallback
+
+    class HeldOutStop(TrainerCallback):
+        """Stop once the held-out loss has not reached a new low for ``patience`` evaluations in a row (the
+        trainer evaluates every ``sft.eval_every`` steps); ``losses`` keeps ``[step, loss]`` of each."""
+
+        def __init__(self, patience: int):
+            self.patience, self.best, self.bad, self.losses = patience, float("inf"), 0, []
+            self.best_step: int | None = None
+            self.stopped_at: int | None = None
+
+        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+            loss = (metrics or {}).get("eval_loss")
+            if loss is None:
+                return control
+            self.losses.append([state.global_step, round(float(loss), 5)])
+            if loss < self.best - 1e-4:
+                self.best, self.bad, self.best_step = float(loss), 0, state.global_step
+            else:
+                self.bad += 1
+            if self.bad >= self.patience:
+                self.stopped_at = state.global_step
+                control.should_training_stop = True
+                logger.info("sft: held-out loss %.4f at step %d, no new low for %d evaluations (best %.4f at step %d)"
+                            ": stopping", loss, state.global_step, self.bad, self.best, self.best_step)
+            return control
+
+    return HeldOutStop
 
 
 def read_checks(path: Path) -> list[dict]:
@@ -337,12 +381,14 @@ def _prefix_shared_trainer():
     return PrefixSharedSFTTrainer
 
 
-def sft_args(cfg: Config, out_dir, sequential: bool = False, by_length: bool = False, max_steps: int | None = None):
+def sft_args(cfg: Config, out_dir, sequential: bool = False, by_length: bool = False, max_steps: int | None = None,
+             evaluate: bool = False):
     """``SFTConfig`` from ``cfg.sft``. ``sequential``: present the rows in dataset order (transformers'
     ``train_sampling_strategy="sequential"``; TRL's ``shuffle_dataset`` is off already) instead of the trainer's
     random sampler: SDFT's presentation orders (``acl_lib.consolidate.sdft``). ``by_length``: batches of rows of
     similar length (``"group_by_length"``), so a mixture of 100-token and 2,000-token rows is not padded to the
-    longest in every batch (mid-training, ``acl_lib.train.midtrain``)."""
+    longest in every batch (mid-training, ``acl_lib.train.midtrain``). ``evaluate``: the held-out rows' loss every
+    ``sft.eval_every`` steps (``sft.heldout_fraction``)."""
     from trl import SFTConfig
 
     s = cfg.sft
@@ -354,6 +400,9 @@ def sft_args(cfg: Config, out_dir, sequential: bool = False, by_length: bool = F
         kw["train_sampling_strategy"] = "sequential"
     elif by_length:
         kw["train_sampling_strategy"] = "group_by_length"
+    if evaluate:
+        kw.update(eval_strategy="steps", eval_steps=s.eval_every,
+                  per_device_eval_batch_size=kw["per_device_train_batch_size"])
     return SFTConfig(**kw, assistant_only_loss=True, max_length=s.max_length, packing=False,
                      dataset_num_proc=None)
 
@@ -385,15 +434,19 @@ def train_sft(cfg: Config, model_dir: str | Path, dataset: list[dict] | str | Pa
     rows = read_rows(dataset)
     if not rows:
         raise ValueError("no SFT rows: rejection sampling kept nothing")
+    rows, heldout = split_heldout(rows, cfg.sft.heldout_fraction)
     steps = sft_steps(cfg.sft, len(rows))
     # The arguments first: under ZeRO-3 they register the DeepSpeed config, so the model loads partitioned.
-    args = sft_args(cfg, out_dir, sequential, by_length, max_steps=steps)
+    args = sft_args(cfg, out_dir, sequential, by_length, max_steps=steps, evaluate=bool(heldout))
     model, tok = common.load_model_and_tokenizer(model_dir, cfg)
     zero3_loaded = common.zero3_loaded(model)
     log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "sft"})
     cls = _prefix_shared_trainer() if cfg.sft.share_prefix else SFTTrainer
-    callbacks, stopper = [log], None
+    callbacks, stopper, early = [log], None, None
     s = cfg.sft
+    if heldout:
+        early = _heldout_stop()(s.patience)
+        callbacks.append(early)
     if check_tasks is not None and s.stop_at_well_formed > 0:
         from acl_lib.train.trl_env import make_env  # the trainers' layer: imported when a check is asked for
 
@@ -404,7 +457,7 @@ def train_sft(cfg: Config, model_dir: str | Path, dataset: list[dict] | str | Pa
                                    Path(out_dir) / STOP_CHECKS)
         callbacks.append(stopper)
     trainer = cls(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                  callbacks=callbacks)
+                  callbacks=callbacks, eval_dataset=Dataset.from_list(heldout) if heldout else None)
     trainer.acl_zero3_loaded = zero3_loaded
     common.show_progress(trainer, "sft")
     if len(trainer.train_dataset) == 0:  # TRL drops rows whose assistant turns were all cut off
@@ -421,6 +474,9 @@ def train_sft(cfg: Config, model_dir: str | Path, dataset: list[dict] | str | Pa
     wall = time.perf_counter() - t0
     common.save_final_model(trainer, tok, out_dir)
     stop = stop_summary(cfg, Path(out_dir) / STOP_CHECKS, trainer.state.global_step) if stopper else {}
+    if early is not None:
+        stop.update(heldout_rows=len(heldout), heldout_losses=early.losses, heldout_best_step=early.best_step,
+                    stopped_at_step=early.stopped_at)
     summary = common.summarize(common.read_log(Path(out_dir) / common.TRAIN_LOG), wall, job="sft", **stop,
                                rows_per_step=cfg.sft.batch_size,
                                rows=len(rows), dataset_tokens=n_tokens, truncated_rows=n_cut, planned_steps=steps,

@@ -90,13 +90,15 @@ def lora_config(cfg, rank: int | None = None):
 
 
 def expert_cfg(cfg, domain: str):
-    """The domain's stage recipe (``cfg.for_stage``) with ``mle``'s budgets and ``mle.stage_overrides[domain]``."""
+    """The domain's stage recipe (``cfg.for_stage``) with ``mle``'s budgets (``grpo_max_steps`` None: the stage's)
+    and ``mle.stage_overrides[domain]``."""
     tree = cfg.for_stage(domain).to_dict()
     m = cfg.mle
     tree["sft"]["num_demos"] = min(tree["sft"]["num_demos"], m.num_demos)
     tree["sft"]["max_steps"] = m.sft_max_steps
     tree["sft"]["learning_rate"] = m.sft_learning_rate
-    tree["grpo"]["max_steps"] = m.grpo_max_steps
+    if m.grpo_max_steps is not None:
+        tree["grpo"]["max_steps"] = m.grpo_max_steps
     tree["grpo"]["learning_rate"] = m.grpo_learning_rate
     for item in m.stage_overrides.get(domain, []):
         key, value = parse_override(item)

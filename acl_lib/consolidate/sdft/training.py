@@ -34,7 +34,7 @@ TRAIN_DATA_DIR = "data"  # <sdft run>/data: the ordered union it trained on (sav
 TRAIN_ROWS = "train_rows.jsonl"  # the same rows as the SFT job reads them (chat rows only)
 SUMMARY_JSON = "sdft.json"
 TRAIN_SECTIONS = ("model",)  # + sdft's training fields, the mixture, the order and sft.max_length (extra)
-TRAINING_FIELDS = ("max_steps", "batch_size", "learning_rate")
+TRAINING_FIELDS = ("max_steps", "batch_size", "learning_rate", "heldout_fraction", "eval_every", "patience")
 ROW_KEYS = ("messages", "tools")  # what the SFT job reads of a row
 STARTS = ("seq_final", "base")
 
@@ -92,8 +92,9 @@ def start_run(cfg, start: str):
 
 
 def sdft_cfg(cfg):
-    """``cfg`` with ``sft.max_steps`` / ``batch_size`` / ``learning_rate`` replaced by ``sdft``'s (what the SFT
-    job of an SDFT run reads; the other ``sft`` fields, ``max_length`` included, stay)."""
+    """``cfg`` with ``sft``'s training fields (``TRAINING_FIELDS``: steps, batch, learning rate, the held-out stopping)
+    replaced by ``sdft``'s (what the SFT job of an SDFT run reads; the other ``sft`` fields, ``max_length`` included,
+    stay)."""
     tree = cfg.to_dict()
     for k in TRAINING_FIELDS:
         tree["sft"][k] = getattr(cfg.sdft, k)
@@ -158,7 +159,9 @@ def run_sdft(cfg, spec: SDFTSpec, evaluate: bool = True):
             "rows_per_domain": counts, "kept_per_domain": {d: sum(x["domain"] == d for x in rows)
                                                            for d in cfg.pipeline.curriculum},
             "rows_seen": seen, "domains_never_seen": unseen, "order_head": [x["task_id"] for x in union[:8]],
-            "steps": summary.get("steps"), "first_loss": losses[0] if losses else None,
+            "steps": summary.get("steps"), "stopped_at_step": summary.get("stopped_at_step"),
+            "heldout_rows": summary.get("heldout_rows"), "heldout_losses": summary.get("heldout_losses"),
+            "first_loss": losses[0] if losses else None,
             "last_loss": losses[-1] if losses else None, **moved,
             "train": {k: getattr(s, k) for k in TRAINING_FIELDS}, "wall_s": summary.get("wall_s"),
         })
