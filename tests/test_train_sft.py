@@ -262,14 +262,14 @@ def test_heldout_rows_are_evenly_spaced_and_the_rest_keep_their_order():
 
 @pytest.mark.slow
 def test_sft_stops_when_the_heldout_loss_stops_falling(base_dir, tmp_path):
-    """sft.heldout_fraction: the held-out loss every eval_every steps; the run stops after `patience` measurements
-    without a new low (read back from the recorded losses), and runs to max_steps when patience is never spent."""
+    """heldout_fraction (SDFT's stopping): the held-out loss every eval_every steps; the run stops after `patience`
+    measurements without a new low (read back from the recorded losses), and runs to max_steps when patience is never spent."""
     env = DeskEnv()
     rows, _ = sft.collect_demos(env, desk_expert, env.tasks("train", 12), max_turns=6)
-    over = {"sft.batch_size": 2, "sft.heldout_fraction": 0.34, "sft.eval_every": 4, "sft.learning_rate": 0.05}
+    over = {"sft.batch_size": 2, "sft.learning_rate": 0.05}
     # six training rows: the held-out loss stops falling within a few dozen steps (56 when this was written)
-    cfg = tiny_cfg(tmp_path, **over, **{"sft.max_steps": 200, "sft.patience": 2})
-    s = sft.train_sft(cfg, base_dir, rows, tmp_path / "run")
+    cfg = tiny_cfg(tmp_path, **over, **{"sft.max_steps": 200})
+    s = sft.train_sft(cfg, base_dir, rows, tmp_path / "run", heldout_fraction=0.34, eval_every=4, patience=2)
     losses = s["heldout_losses"]
     assert s["heldout_rows"] == 6 and s["rows"] == 6 and [x for x, _ in losses] == list(range(4, s["steps"] + 1, 4))
     best, bad, stop = float("inf"), 0, None
@@ -279,6 +279,7 @@ def test_sft_stops_when_the_heldout_loss_stops_falling(base_dir, tmp_path):
             stop = step
             break
     assert stop is not None and s["stopped_at_step"] == stop == s["steps"] < 200
-    patient = tiny_cfg(tmp_path, **over, **{"sft.max_steps": 12, "sft.patience": 50})
-    s = sft.train_sft(patient, base_dir, rows, tmp_path / "patient")
+    patient = tiny_cfg(tmp_path, **over, **{"sft.max_steps": 12})
+    s = sft.train_sft(patient, base_dir, rows, tmp_path / "patient", heldout_fraction=0.34, eval_every=4,
+                      patience=50)
     assert s["steps"] == 12 and s["stopped_at_step"] is None and len(s["heldout_losses"]) == 3

@@ -367,12 +367,6 @@ class SFTConfig(_Section):
     # make at least one tool call and no malformed one; checked every stop_check_every optimizer steps, max_steps
     # the cap. 0 = off (train max_steps). Worlds without tools always train max_steps.
     stop_at_well_formed: float = Field(0.0, ge=0, le=1)
-    # Stopping on held-out rows (SDFT: "until its SFT loss stops falling on held-out samples"): this share of the
-    # rows (at least 8) is held out, their loss measured every eval_every steps, and the run stops after patience
-    # measurements without a new low; max_steps the cap. 0 = off.
-    heldout_fraction: float = Field(0.0, ge=0, lt=1)
-    eval_every: int = Field(10, ge=1)
-    patience: int = Field(2, ge=1)
     stop_check_every: int = Field(8, ge=1)
     stop_check_tasks: int = Field(16, ge=1)
     # Who the cold start's demos are sampled from (acl_lib.train.stage): "expert" (the world's scripted expert: the

@@ -382,13 +382,13 @@ def _prefix_shared_trainer():
 
 
 def sft_args(cfg: Config, out_dir, sequential: bool = False, by_length: bool = False, max_steps: int | None = None,
-             evaluate: bool = False):
+             eval_every: int = 0):
     """``SFTConfig`` from ``cfg.sft``. ``sequential``: present the rows in dataset order (transformers'
     ``train_sampling_strategy="sequential"``; TRL's ``shuffle_dataset`` is off already) instead of the trainer's
     random sampler: SDFT's presentation orders (``acl_lib.consolidate.sdft``). ``by_length``: batches of rows of
     similar length (``"group_by_length"``), so a mixture of 100-token and 2,000-token rows is not padded to the
-    longest in every batch (mid-training, ``acl_lib.train.midtrain``). ``evaluate``: the held-out rows' loss every
-    ``sft.eval_every`` steps (``sft.heldout_fraction``)."""
+    longest in every batch (mid-training, ``acl_lib.train.midtrain``). ``eval_every``: the held-out rows' loss
+    every that many steps (``train_sft``'s ``heldout_fraction``; 0: no evaluation)."""
     from trl import SFTConfig
 
     s = cfg.sft
@@ -400,8 +400,8 @@ def sft_args(cfg: Config, out_dir, sequential: bool = False, by_length: bool = F
         kw["train_sampling_strategy"] = "sequential"
     elif by_length:
         kw["train_sampling_strategy"] = "group_by_length"
-    if evaluate:
-        kw.update(eval_strategy="steps", eval_steps=s.eval_every,
+    if eval_every:
+        kw.update(eval_strategy="steps", eval_steps=eval_every,
                   per_device_eval_batch_size=kw["per_device_train_batch_size"])
     return SFTConfig(**kw, assistant_only_loss=True, max_length=s.max_length, packing=False,
                      dataset_num_proc=None)
@@ -417,12 +417,16 @@ def sft_steps(s, n_rows: int) -> int:
 
 def train_sft(cfg: Config, model_dir: str | Path, dataset: list[dict] | str | Path, out_dir: str | Path,
               sequential: bool = False, by_length: bool = False, domain: str | None = None,
-              check_tasks: str | Path | None = None) -> dict:
+              check_tasks: str | Path | None = None, heldout_fraction: float = 0.0, eval_every: int = 10,
+              patience: int = 2) -> dict:
     """SFT the model in ``model_dir`` on chat rows (a list, or a jsonl path) into ``<out_dir>/model``;
     ``sequential``: in the rows' order rather than shuffled; ``by_length``: in batches of similar length (``sft_args``).
     With ``check_tasks`` (a jsonl of tasks of world ``domain``) and ``sft.stop_at_well_formed`` set, the run stops
     at the first check where that share of their greedy episodes makes well-formed tool calls only
-    (``WellFormedStop``; the checks in ``stop_checks.jsonl``).
+    (``WellFormedStop``; the checks in ``stop_checks.jsonl``). With ``heldout_fraction`` (SDFT's "until its SFT
+    loss stops falling on held-out samples") that share of the rows (``split_heldout``) is held out, its loss
+    measured every ``eval_every`` steps, and the run stops after ``patience`` measurements without a new low
+    (``HeldOutStop``); ``sft.max_steps`` stays the cap.
 
     Writes ``train_log.jsonl``, ``train_summary.json``, ``checkpoints/`` (resumed from) and ``model/`` into
     ``out_dir``; returns the summary.
@@ -434,10 +438,11 @@ def train_sft(cfg: Config, model_dir: str | Path, dataset: list[dict] | str | Pa
     rows = read_rows(dataset)
     if not rows:
         raise ValueError("no SFT rows: rejection sampling kept nothing")
-    rows, heldout = split_heldout(rows, cfg.sft.heldout_fraction)
+    rows, heldout = split_heldout(rows, heldout_fraction)
     steps = sft_steps(cfg.sft, len(rows))
     # The arguments first: under ZeRO-3 they register the DeepSpeed config, so the model loads partitioned.
-    args = sft_args(cfg, out_dir, sequential, by_length, max_steps=steps, evaluate=bool(heldout))
+    args = sft_args(cfg, out_dir, sequential, by_length, max_steps=steps,
+                    eval_every=eval_every if heldout else 0)
     model, tok = common.load_model_and_tokenizer(model_dir, cfg)
     zero3_loaded = common.zero3_loaded(model)
     log = common.make_jsonl_logger(Path(out_dir) / common.TRAIN_LOG, extra={"job": "sft"})
@@ -445,7 +450,7 @@ def train_sft(cfg: Config, model_dir: str | Path, dataset: list[dict] | str | Pa
     callbacks, stopper, early = [log], None, None
     s = cfg.sft
     if heldout:
-        early = _heldout_stop()(s.patience)
+        early = _heldout_stop()(patience)
         callbacks.append(early)
     if check_tasks is not None and s.stop_at_well_formed > 0:
         from acl_lib.train.trl_env import make_env  # the trainers' layer: imported when a check is asked for

@@ -34,7 +34,8 @@ TRAIN_DATA_DIR = "data"  # <sdft run>/data: the ordered union it trained on (sav
 TRAIN_ROWS = "train_rows.jsonl"  # the same rows as the SFT job reads them (chat rows only)
 SUMMARY_JSON = "sdft.json"
 TRAIN_SECTIONS = ("model",)  # + sdft's training fields, the mixture, the order and sft.max_length (extra)
-TRAINING_FIELDS = ("max_steps", "batch_size", "learning_rate", "heldout_fraction", "eval_every", "patience")
+TRAINING_FIELDS = ("max_steps", "batch_size", "learning_rate")  # the SFT job's, in place of sft's (sdft_cfg)
+STOPPING_FIELDS = ("heldout_fraction", "eval_every", "patience")  # passed to the SFT job (train_sft)
 ROW_KEYS = ("messages", "tools")  # what the SFT job reads of a row
 STARTS = ("seq_final", "base")
 
@@ -92,9 +93,8 @@ def start_run(cfg, start: str):
 
 
 def sdft_cfg(cfg):
-    """``cfg`` with ``sft``'s training fields (``TRAINING_FIELDS``: steps, batch, learning rate, the held-out stopping)
-    replaced by ``sdft``'s (what the SFT job of an SDFT run reads; the other ``sft`` fields, ``max_length`` included,
-    stay)."""
+    """``cfg`` with ``sft.max_steps`` / ``batch_size`` / ``learning_rate`` replaced by ``sdft``'s (what the SFT
+    job of an SDFT run reads; the other ``sft`` fields, ``max_length`` included, stay)."""
     tree = cfg.to_dict()
     for k in TRAINING_FIELDS:
         tree["sft"][k] = getattr(cfg.sdft, k)
@@ -103,7 +103,7 @@ def sdft_cfg(cfg):
 
 def sdft_run(cfg, spec: SDFTSpec):
     """The run of ``spec`` (``<seed_dir>/<spec.name>``), keyed on its recipe and inputs (data run, start)."""
-    extra = {"spec": spec.resolved(cfg), "sdft": {k: getattr(cfg.sdft, k) for k in TRAINING_FIELDS},
+    extra = {"spec": spec.resolved(cfg), "sdft": {k: getattr(cfg.sdft, k) for k in TRAINING_FIELDS + STOPPING_FIELDS},
              "max_length": cfg.sft.max_length, "seed": cfg.seed}
     return Run(cfg, spec.name, sections=TRAIN_SECTIONS, inputs=[data_run(cfg), start_run(cfg, spec.start)],
                extra=extra)
@@ -150,7 +150,8 @@ def run_sdft(cfg, spec: SDFTSpec, evaluate: bool = True):
                              spec.name, s.max_steps, s.batch_size, seen, len(union), recipe["order"], unseen)
         r.checkpoint_dir()
         start_dir = pipeline.model_dir(start)
-        summary = launch(sdft_cfg(cfg), "sft", r.path, model_dir=str(start_dir), dataset=str(path), sequential=True)
+        summary = launch(sdft_cfg(cfg), "sft", r.path, model_dir=str(start_dir), dataset=str(path), sequential=True,
+                         **{k: getattr(s, k) for k in STOPPING_FIELDS})
         moved = displacement(start_dir, r.path / "model")
         log = common.read_log(r.path / common.TRAIN_LOG)
         losses = [x["loss"] for x in log if "loss" in x]
@@ -163,7 +164,7 @@ def run_sdft(cfg, spec: SDFTSpec, evaluate: bool = True):
             "heldout_rows": summary.get("heldout_rows"), "heldout_losses": summary.get("heldout_losses"),
             "first_loss": losses[0] if losses else None,
             "last_loss": losses[-1] if losses else None, **moved,
-            "train": {k: getattr(s, k) for k in TRAINING_FIELDS}, "wall_s": summary.get("wall_s"),
+            "train": {k: getattr(s, k) for k in TRAINING_FIELDS + STOPPING_FIELDS}, "wall_s": summary.get("wall_s"),
         })
         r.logger.info("sdft %s: %d rows %s, loss %s -> %s, ||d theta|| %.4g", spec.name, len(union), counts,
                       losses[0] if losses else None, losses[-1] if losses else None, moved["displacement_norm"])
