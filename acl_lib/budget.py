@@ -10,7 +10,7 @@ shares are of the seed's run-seconds, not of its wall clock). Its training jobs 
 files under it: ``job`` (sft, grpo, lora_grpo, mmopd, ...), optimizer ``steps``, ``wall_s``, and the rollouts of RL
 jobs (``steps`` x completions per step: ``grpo.batch_size``, ``mmopd.batch_size``) or the rows an SFT job saw
 (``steps`` x ``sft.batch_size``), read from the summary where it records them and else from the nearest
-``config.yaml`` above it (the run's resolved config). A run's evaluation is its ``metrics.json`` ``elapsed_s``.
+``config.yaml`` above it (the run's resolved config). A run's evaluation is its nested run ``<run>/eval``.
 """
 
 from __future__ import annotations
@@ -67,21 +67,31 @@ def job_row(summary_path: Path, run_dir: Path) -> dict:
     return row
 
 
+def _duration(run_dir: Path) -> float:
+    return float(_json(run_dir / "COMPLETE.json").get("duration_s") or 0.0)
+
+
 def run_rows(seed_dir: str | Path) -> list[dict]:
-    """Every complete run of ``seed_dir``: ``run``, ``step`` (the study's step that makes it), ``wall_s``,
-    ``train_s`` (its jobs' training seconds), ``eval_s``, ``rollouts`` (its RL jobs'), ``rows_seen`` and ``jobs``."""
+    """Every complete run of ``seed_dir``: ``run``, ``step`` (the study's step that makes it), ``wall_s`` (its own
+    time and its nested runs', its evaluation ``<run>/eval`` among them), ``train_s`` (its jobs' training seconds),
+    ``rl_s``, ``eval_s``, ``rollouts`` (its RL jobs'), ``rows_seen``, ``jobs`` and ``same_as`` (a run that is a copy
+    of another checkpoint, ``same_as.json``: its jobs cost nothing here, their budgets are counted)."""
     rows = []
     for run_dir in sorted(p for p in Path(seed_dir).iterdir() if (p / "COMPLETE.json").is_file()):
         jobs = [job_row(p, run_dir) for p in sorted(run_dir.rglob("train_summary.json"))]
+        copy = _json(run_dir / "same_as.json").get("run")
+        nested = [p for p in run_dir.iterdir() if p.is_dir() and (p / "COMPLETE.json").is_file()]
         step = steps.step_of(run_dir.name)
         rollouts = [j["rollouts"] for j in jobs if j["rollouts"] is not None]
         seen = [j["rows_seen"] for j in jobs if j["rows_seen"] is not None]
+        spent = [] if copy else jobs
         rows.append({
             "run": run_dir.name, "step": f"{step.notebook} {step.title}" if step else "other",
-            "wall_s": float(_json(run_dir / "COMPLETE.json").get("duration_s") or 0.0),
-            "train_s": sum(j["wall_s"] for j in jobs), "rl_s": sum(j["wall_s"] for j in jobs if j["job"] in RL_JOBS),
-            "eval_s": float(_json(run_dir / "metrics.json").get("elapsed_s") or 0.0),
+            "wall_s": _duration(run_dir) + sum(_duration(p) for p in nested),
+            "train_s": sum(j["wall_s"] for j in spent), "rl_s": sum(j["wall_s"] for j in spent if j["job"] in RL_JOBS),
+            "eval_s": sum(_duration(p) for p in nested if p.name.startswith("eval")),
             "rollouts": sum(rollouts) if rollouts else None, "rows_seen": sum(seen) if seen else None, "jobs": jobs,
+            "same_as": copy,
         })
     return rows
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from acl_lib import curriculum, final, findings
+from acl_lib import budget, curriculum, final, findings
 from acl_lib.atomic import atomic_write_text
 from acl_lib.config import load_config, project_root
 from acl_lib.envs import IN_DOMAIN
@@ -565,6 +565,40 @@ def wall_time_markdown(cfg: Config, seeds: Sequence[int]) -> str:
             f"{t.get('commit', '?')}, started {t.get('started', '?')}{status}): **{hours}**{budget}.{machine}")
 
 
+def configured_rollouts(cfg: Config) -> dict[str, int]:
+    """RL rollouts (steps x completions a step) a profile configures: each stage's (an oracle's is its stage's),
+    each MLE expert's (``expert_cfg``) and MMOPD's, keyed as the mini store names the runs."""
+    from acl_lib.consolidate.mle.specs import expert_cfg  # the consolidations' layer, read for its recipe only
+
+    out = {}
+    for d in cfg.pipeline.curriculum:
+        g = cfg.for_stage(d).grpo
+        out[f"seq_{d}"] = out[f"oracle_{d}"] = g.max_steps * g.batch_size
+        e = expert_cfg(cfg, d).grpo
+        out[f"mle_expert_{d}"] = e.max_steps * e.batch_size
+    out["mmopd"] = cfg.mmopd.max_steps * cfg.mmopd.batch_size
+    return out
+
+
+def budget_section(cfg: Config, seeds: Sequence[int], overrides: Sequence[str] = ()) -> str:
+    """Where a seed's compute goes (``acl_lib.budget``: each step's run-minutes and share, over ``seeds``), then the
+    RL budgets of the runs that have them, beside the paper profile's configured ones."""
+    dirs = final.seed_dirs(cfg.profile, seeds, overrides)
+    per_seed = [budget.run_rows(d) for d in dirs.values() if d.is_dir()]
+    if not any(per_seed):
+        return ""
+    parts = budget.part_rows(per_seed)
+    paper = configured_rollouts(load_config("paper"))
+    mine = budget.rl_budgets(per_seed[0])
+    lines = [budget.budget_markdown(parts, n_seeds=len(per_seed)), "",
+             f"| run | RL rollouts (seed {next(iter(dirs))}) | paper profile's recipe |", "|---|---:|---:|"]
+    for run in sorted(mine, key=lambda r: (r.split("_")[-1], r)):
+        lines.append(f"| {run} | {mine[run]:,} | {paper[run]:,} |" if run in paper else f"| {run} | {mine[run]:,} | |")
+    return ("Each step's run-minutes (a run's `COMPLETE.json` duration; notebooks run two at a time, so these are "
+            "run-seconds, not the wall clock) and training inside them (`acl_lib.budget`; rollouts = GRPO / MMOPD "
+            "steps x completions a step):\n\n" + "\n".join(lines))
+
+
 def results_markdown(cfg: Config, seeds: Sequence[int] = (), orders: Sequence[Sequence[str]] = (),
                      overrides: Sequence[str] = ()) -> str:
     """The README's results section: :func:`one_seed_markdown` for the seed of ``cfg``, then, with ``seeds``, the
@@ -584,6 +618,9 @@ def results_markdown(cfg: Config, seeds: Sequence[int] = (), orders: Sequence[Se
         wall = wall_time_markdown(cfg, seeds)
         if wall:
             body += "\n\n" + wall
+        spent = budget_section(cfg, seeds, overrides)
+        if spent:
+            body += "\n\n#### Where a seed's compute goes\n\n" + spent
     if orders:
         body += (f"\n\n### Curriculum orders (notebook 13, seed {cfg.seed})\n\n"
                  + orders_markdown(cfg, orders, overrides))
