@@ -263,7 +263,8 @@ def test_heldout_rows_are_evenly_spaced_and_the_rest_keep_their_order():
 @pytest.mark.slow
 def test_sft_stops_when_the_heldout_loss_stops_falling(base_dir, tmp_path):
     """heldout_fraction (SDFT's stopping): the held-out loss every eval_every steps; the run stops after `patience`
-    measurements without a new low (read back from the recorded losses), and runs to max_steps when patience is never spent."""
+    measurements without a new low (read back from the recorded losses), and runs to max_steps when patience is
+    never spent."""
     env = DeskEnv()
     rows, _ = sft.collect_demos(env, desk_expert, env.tasks("train", 12), max_turns=6)
     over = {"sft.batch_size": 2, "sft.learning_rate": 0.05}
