@@ -590,10 +590,17 @@ def budget_section(cfg: Config, seeds: Sequence[int], overrides: Sequence[str] =
     parts = budget.part_rows(per_seed)
     paper = configured_rollouts(load_config("paper"))
     mine = budget.rl_budgets(per_seed[0])
+    def n(table, run):
+        return f"{table[run]:,}" if table.get(run) else "-"
+
     lines = [budget.budget_markdown(parts, n_seeds=len(per_seed)), "",
-             f"| run | RL rollouts (seed {next(iter(dirs))}) | paper profile's recipe |", "|---|---:|---:|"]
-    for run in sorted(mine, key=lambda r: (r.split("_")[-1], r)):
-        lines.append(f"| {run} | {mine[run]:,} | {paper[run]:,} |" if run in paper else f"| {run} | {mine[run]:,} | |")
+             f"RL rollouts (steps x completions a step), seed {next(iter(dirs))}, beside the paper profile's recipe:",
+             "", "| domain | stage | oracle | MLE expert | paper: stage / oracle | paper: MLE expert |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for d in cfg.pipeline.curriculum:
+        lines.append(f"| {d} | {n(mine, f'seq_{d}')} | {n(mine, f'oracle_{d}')} | {n(mine, f'mle_expert_{d}')} | "
+                     f"{n(paper, f'seq_{d}')} | {n(paper, f'mle_expert_{d}')} |")
+    lines.append(f"| MMOPD (all four) | {n(mine, 'mmopd')} | | | {n(paper, 'mmopd')} | |")
     return ("Each step's run-minutes (a run's `COMPLETE.json` duration; notebooks run two at a time, so these are "
             "run-seconds, not the wall clock) and training inside them (`acl_lib.budget`; rollouts = GRPO / MMOPD "
             "steps x completions a step):\n\n" + "\n".join(lines))
