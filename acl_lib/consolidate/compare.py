@@ -8,20 +8,24 @@ study's ``main_table`` rows line up with ours by name.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.envs import BENCHMARKS
 from acl_lib.steps import as_seq_final
 from acl_lib.views import load_scores, load_standard_errors, scores_frame
 
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
-def _comparison_rows(cfg, runs: Sequence[str], oracles: bool) -> tuple[str, list[str]]:
+
+def _comparison_rows(cfg: Config, runs: Sequence[str], oracles: bool) -> tuple[str, list[str]]:
     """The last stage's run name and the runs a comparison table reads: that stage, ``runs``, the oracles."""
     final = pipeline.final_run(cfg).name
     return final, [final, *runs, *([f"oracle_{d}" for d in cfg.pipeline.curriculum] if oracles else [])]
 
 
-def comparison_scores(cfg, runs: Sequence[str], oracles: bool = True) -> dict[str, dict[str, float]]:
+def comparison_scores(cfg: Config, runs: Sequence[str], oracles: bool = True) -> dict[str, dict[str, float]]:
     """``{row: {benchmark: %}}``: ``seq_final``, each of ``runs`` and the oracles; rows whose evaluation is missing
     are left out. Only the runs named: under ``acl run --jobs`` notebooks 08-10 run side by side, so a table that
     took whatever other consolidation was already scored would depend on the schedule. Every consolidation is
@@ -30,7 +34,8 @@ def comparison_scores(cfg, runs: Sequence[str], oracles: bool = True) -> dict[st
     return {as_seq_final(n, final): s for n, s in load_scores(cfg.seed_dir(), names).items()}
 
 
-def comparison_standard_errors(cfg, runs: Sequence[str], oracles: bool = True) -> dict[str, dict[str, float | None]]:
+def comparison_standard_errors(cfg: Config, runs: Sequence[str],
+                               oracles: bool = True) -> dict[str, dict[str, float | None]]:
     """The standard error (points) of each score :func:`comparison_scores` reads, rows named alike (clustered by
     task from the runs' records, the binomial fallback without them: :func:`acl_lib.views.load_standard_errors`)."""
     final, names = _comparison_rows(cfg, runs, oracles)

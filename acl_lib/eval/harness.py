@@ -41,6 +41,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib.atomic import atomic_write_text
 from acl_lib.config import project_root
@@ -62,6 +63,9 @@ from acl_lib.noise import TaskCounts, clustered_se, samples_per_task
 from acl_lib.progress import Progress
 from acl_lib.runs import COMPLETE, CONFIG, FAILED, RUNNING
 from acl_lib.seeding import follow_thread_share, seed_and_threads
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -114,13 +118,13 @@ def _failure_key(reason: str | None) -> str:
     return (reason or "").split(":")[0].strip()[:80]
 
 
-def world(cfg, env_name: str):
+def world(cfg: Config, env_name: str):
     """The environment a benchmark runs in: built from ``cfg.worlds`` with the world seed ``cfg.worlds.seed``,
     the very world training builds (``acl_lib.train.trl_env.make_env``), whatever the training seed."""
     return make_env(env_name, cfg.worlds, seed=cfg.worlds.seed)
 
 
-def benchmark_size(cfg, bench: Benchmark) -> int:
+def benchmark_size(cfg: Config, bench: Benchmark) -> int:
     """Tasks to draw for ``bench``: ``eval.limits.<bench>.max_tasks`` where set, else ``worlds.n_test``
     (in-domain) or ``worlds.n_ood`` (OOD). A real test set smaller than that is scored whole; a generated desk
     caps it at the tasks it can tell apart (``TelecomEnv.MAX_TASKS``)."""
@@ -189,7 +193,7 @@ def benchmark_seed(seed: int, benchmark: str) -> int:
     return zlib.crc32(f"{seed}:{benchmark}".encode())
 
 
-def sampling_plan(cfg, benches: Sequence[Benchmark], k: int | None = None) -> dict[str, tuple[int, float]]:
+def sampling_plan(cfg: Config, benches: Sequence[Benchmark], k: int | None = None) -> dict[str, tuple[int, float]]:
     """``{benchmark: (k, temperature)}``: each benchmark's samples per task and sampling temperature
     (``cfg.eval.sampling_for``). An explicit ``k`` (``acl eval --k``) replaces every benchmark's k. A benchmark
     scored greedily (temperature 0) with k > 1 would repeat one sample k times: it is scored with k=1, and a
@@ -209,7 +213,7 @@ def sampling_plan(cfg, benches: Sequence[Benchmark], k: int | None = None) -> di
     return plan
 
 
-def evaluation_plan(cfg, suites: str | None, k: int | None, benchmarks: list[str] | None,
+def evaluation_plan(cfg: Config, suites: str | None, k: int | None, benchmarks: list[str] | None,
                     check_user_sim: bool = True):
     """``(suites, benchmarks, sampling plan)`` of one evaluation, the user simulator checked first (a missing one
     fails now, not after math and search) unless the caller checked it already."""
@@ -221,7 +225,7 @@ def evaluation_plan(cfg, suites: str | None, k: int | None, benchmarks: list[str
     return suites, benches, sampling
 
 
-def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = None, k: int | None = None,
+def evaluate(cfg: Config, model: str, out_dir: str | os.PathLike, suites: str | None = None, k: int | None = None,
              policy: Policy | None = None, benchmarks: list[str] | None = None,
              shard: tuple[int, int] | None = None, user_sim_checked: bool = False) -> dict:
     """Evaluate ``model`` (a checkpoint dir, ``expert`` or ``null``) on the suite; write metrics + records.
@@ -248,7 +252,7 @@ def evaluate(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = N
             policy.close()
 
 
-def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]], policy: Policy, benches,
+def _evaluate(cfg: Config, model, out_dir, suites, sampling: dict[str, tuple[int, float]], policy: Policy, benches,
               shard: tuple[int, int] | None = None) -> dict:
     out = Path(out_dir)
     (out / "records").mkdir(parents=True, exist_ok=True)
@@ -302,7 +306,7 @@ def _evaluate(cfg, model, out_dir, suites, sampling: dict[str, tuple[int, float]
     return metrics
 
 
-def evaluation_metrics(cfg, model, suites, sampling, results: dict[str, dict], elapsed: float,
+def evaluation_metrics(cfg: Config, model, suites, sampling, results: dict[str, dict], elapsed: float,
                        per_bench_seconds: dict, limits: dict, generated_tokens, generate_seconds: float) -> dict:
     """``metrics.json`` from the benchmarks' summaries (``summarize_records``)."""
     k_by = {key: r["k"] for key, r in results.items()}

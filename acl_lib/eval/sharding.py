@@ -27,7 +27,7 @@ from acl_lib.eval.harness import (
 log = logging.getLogger(__name__)
 
 
-def evaluate_in_subprocess(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = None,
+def evaluate_in_subprocess(cfg: Config, model: str, out_dir: str | os.PathLike, suites: str | None = None,
                            k: int | None = None, benchmarks: list[str] | None = None) -> dict:
     """``evaluate`` in a fresh Python process (``launcher.eval_subprocess``, the paper profile): whatever the
     model or vLLM engine held on the GPU (weights, KV cache, CUDA context, vLLM's workers) is gone when the
@@ -116,8 +116,8 @@ def _visible_gpus() -> list[str]:
         return []
 
 
-def evaluate_sharded(cfg, model: str, out_dir: str | os.PathLike, suites: str | None = None, k: int | None = None,
-                     benchmarks: list[str] | None = None, shards: int | None = None) -> dict:
+def evaluate_sharded(cfg: Config, model: str, out_dir: str | os.PathLike, suites: str | None = None,
+                     k: int | None = None, benchmarks: list[str] | None = None, shards: int | None = None) -> dict:
     """``evaluate`` split over ``shards`` processes (default ``eval.shards``), run at once, each on its own GPU
     where there are GPUs: shard i scores every n-th task of each benchmark from the i-th into
     ``<out_dir>/shards/<i>/``; the records are then put back in task order and scored as one evaluation

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import json
 import math
+from typing import TYPE_CHECKING
 
 from acl_lib.envs import BENCHMARKS, benchmarks_for, scripted_expert
 from acl_lib.eval.harness import benchmark_size, sampling_plan, world
 
+if TYPE_CHECKING:
+    from acl_lib.config import Config
+
 _TASK_COUNTS: dict[tuple[str, str], int] = {}  # evaluation_estimate's, per (settings, benchmark)
 
 
-def evaluation_estimate(cfg, benchmarks: list[str] | None = None, history: dict | None = None) -> dict:
+def evaluation_estimate(cfg: Config, benchmarks: list[str] | None = None, history: dict | None = None) -> dict:
     """What one evaluation under ``cfg`` will do, before it starts: per benchmark the episodes (tasks x k) and the
     tokens it may generate, and the whole run's time at ``eval.tokens_per_s`` per shard (``eval.shards`` of them).
 
@@ -77,7 +81,7 @@ def format_estimate(est: dict) -> str:
     return head + ". " + "; ".join(parts)
 
 
-def expert_needs(cfg, tokenizer, benchmarks: list[str], turn_margin: int, token_margin: float) -> list[dict]:
+def expert_needs(cfg: Config, tokenizer, benchmarks: list[str], turn_margin: int, token_margin: float) -> list[dict]:
     """Per benchmark: the scripted expert driven through the tasks the evaluator scores, with no limit that binds
     (64 turns); its assistant turns per episode and the tokens of each turn (+ 1 for the end-of-turn token a
     model must also write), and the limits that follow: the longest episode plus ``turn_margin`` turns, the

@@ -13,12 +13,16 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.consolidate.merging.specs import METHODS, MergeSpec, complete_inputs, merge_run
 from acl_lib.model.checkpoint_files import TensorReaders, resolve_model_dir, safetensors_index
 from acl_lib.progress import maybe_progress
 from acl_lib.runs import run_once
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 _NOT_COPIED = {"training_args.bin"}  # the trainer's arguments of the stage copied from: not the merge's
@@ -247,7 +251,7 @@ def _same_job(a: MergeSpec, b: MergeSpec) -> bool:
     return a.method == "task_arithmetic" or (a.density == b.density and (a.method != "dare" or a.seed == b.seed))
 
 
-def merge_twin(cfg, spec: MergeSpec):
+def merge_twin(cfg: Config, spec: MergeSpec):
     """A complete merge run of this seed directory, under another name, that is the same job as ``spec`` (the
     same merged weights from the same complete input checkpoints), or None. ``merge_grid`` and ``merge_balanced``
     are twins whenever the validation search picks the same coefficients for both."""
@@ -267,7 +271,7 @@ def merge_twin(cfg, spec: MergeSpec):
     return None
 
 
-def run_merge(cfg, spec: MergeSpec, evaluate: bool = True):
+def run_merge(cfg: Config, spec: MergeSpec, evaluate: bool = True):
     """Merge (skipped when the run is complete), then score the merge on the whole suite through the pipeline's
     evaluation run (``<merge>/eval/metrics.json``). Returns the merge run.
 

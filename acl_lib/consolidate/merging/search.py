@@ -16,6 +16,7 @@ import math
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.consolidate.merging.merge import merge_checkpoints
@@ -28,13 +29,16 @@ from acl_lib.progress import maybe_progress
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
 
+if TYPE_CHECKING:
+    from acl_lib.config import Config
+
 VALIDATION_SPLIT = "train"  # no world has a validation split: held-out draws of the training split (module docstring)
 VALIDATION_SEED = 7919  # + worlds.seed; training draws its tasks with the training seed and seed + 1
 VALIDATION_SECTIONS = ("model", "worlds", "eval")  # the validation search also scores (worlds, sampling settings)
 VALIDATION_RUN = "merge_validation"
 
 
-def validation_seed(cfg) -> int:
+def validation_seed(cfg: Config) -> int:
     return VALIDATION_SEED + cfg.worlds.seed
 
 
@@ -42,7 +46,7 @@ def domain_benchmark(domain: str):
     return BENCHMARKS[IN_DOMAIN[domain]]
 
 
-def validation_tasks(cfg, domain: str, n: int, envs: dict | None = None) -> list:
+def validation_tasks(cfg: Config, domain: str, n: int, envs: dict | None = None) -> list:
     """``n`` validation tasks of ``domain``: its in-domain benchmark's world, split ``VALIDATION_SPLIT``, drawn
     with ``validation_seed(cfg)`` (see the module docstring)."""
     bench = domain_benchmark(domain)
@@ -52,7 +56,7 @@ def validation_tasks(cfg, domain: str, n: int, envs: dict | None = None) -> list
     return envs[bench.env].tasks(VALIDATION_SPLIT, n, seed=validation_seed(cfg))
 
 
-def validation_scores(cfg, model: str, domains: Sequence[str], n_tasks: int, record: dict | None = None,
+def validation_scores(cfg: Config, model: str, domains: Sequence[str], n_tasks: int, record: dict | None = None,
                       envs: dict | None = None) -> dict:
     """Score ``model`` (a checkpoint directory, or ``expert`` / ``null``) on ``n_tasks`` validation tasks of
     each domain's in-domain benchmark, greedy or with the profile's sampling settings, one sample per task.
@@ -89,7 +93,7 @@ def validation_scores(cfg, model: str, domains: Sequence[str], n_tasks: int, rec
     return scores
 
 
-def _validation_in_child(cfg, model: str, domains: list[str], n_tasks: int) -> tuple[dict, dict]:
+def _validation_in_child(cfg: Config, model: str, domains: list[str], n_tasks: int) -> tuple[dict, dict]:
     record: dict = {}
     no_child = cfg.model_copy(update={"launcher": cfg.launcher.model_copy(update={"eval_subprocess": False})})
     return validation_scores(no_child, model, domains, n_tasks, record), record
@@ -146,7 +150,7 @@ def search_weights(base_dir, source_dirs: Sequence, candidates: Sequence[Sequenc
     return out
 
 
-def validation_run(cfg, sources: Sequence[str], grid: Sequence[float], n_tasks: int):
+def validation_run(cfg: Config, sources: Sequence[str], grid: Sequence[float], n_tasks: int):
     known = checkpoint_runs(cfg)
     oracles = [known[f"oracle_{d}"] for d in cfg.pipeline.curriculum]
     inputs = [pipeline.base_run(cfg)] + [known[n] for n in sources if n in known] + oracles
@@ -155,7 +159,7 @@ def validation_run(cfg, sources: Sequence[str], grid: Sequence[float], n_tasks: 
                       "split": VALIDATION_SPLIT, "validation_seed": validation_seed(cfg)})
 
 
-def run_validation_search(cfg, sources: Sequence[str], grid: Sequence[float], n_tasks: int) -> dict:
+def run_validation_search(cfg: Config, sources: Sequence[str], grid: Sequence[float], n_tasks: int) -> dict:
     """Score every candidate of ``candidate_grid(grid, len(sources))`` and each oracle (on its own domain) on the
     validation tasks, choose the grid-searched and the capability-balanced coefficients; a run of its own
     (``merge_validation/validation.json``), skipped when complete. Returns that JSON."""

@@ -6,10 +6,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.runs import Run
 from acl_lib.steps import require_complete
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 METHODS = ("task_arithmetic", "ties", "dare")
 MERGE_SECTIONS = ("model",)  # a merge depends on its spec and its input checkpoints, and on the model's dtype
@@ -51,7 +55,7 @@ def uniform_weights(k: int) -> tuple[float, ...]:
     return (1.0 / k,) * k
 
 
-def checkpoint_runs(cfg) -> dict:
+def checkpoint_runs(cfg: Config) -> dict:
     """``{run name: Run}`` of the checkpoints a merge may take as theta_k: the sequential stages and the oracles."""
     runs = {}
     for i in range(1, len(cfg.pipeline.curriculum) + 1):
@@ -63,7 +67,7 @@ def checkpoint_runs(cfg) -> dict:
     return runs
 
 
-def complete_inputs(cfg, names: Sequence[str]) -> list:
+def complete_inputs(cfg: Config, names: Sequence[str]) -> list:
     """The base run and the runs ``names``, each complete, or a RuntimeError naming what is missing."""
     known = checkpoint_runs(cfg)
     unknown = [n for n in names if n not in known]
@@ -74,14 +78,14 @@ def complete_inputs(cfg, names: Sequence[str]) -> list:
     return runs
 
 
-def merge_run(cfg, spec: MergeSpec):
+def merge_run(cfg: Config, spec: MergeSpec):
     """The run of ``spec`` (``<seed_dir>/<spec.name>``), keyed on the spec and its input checkpoints."""
     known = checkpoint_runs(cfg)
     inputs = [pipeline.base_run(cfg)] + [known[n] for n in spec.sources if n in known]
     return Run(cfg, spec.name, sections=MERGE_SECTIONS, inputs=inputs, extra={"merge": spec.to_dict()})
 
 
-def merge_specs(cfg, chosen: Mapping[str, Sequence[float]] | None = None, ties_density: float = 0.5,
+def merge_specs(cfg: Config, chosen: Mapping[str, Sequence[float]] | None = None, ties_density: float = 0.5,
                 dare_density: float = 0.5, oracles: bool = True, seed: int = 0) -> list[MergeSpec]:
     """The merges notebook 10 runs: ``merge_uniform`` (the study's), ``merge_grid`` and ``merge_balanced`` (from
     ``chosen``, the validation search's choice), ``merge_ties`` (lambda_k = 1: TIES takes the mean of the task

@@ -24,6 +24,7 @@ import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.atomic import atomic_dir, write_json
@@ -47,6 +48,9 @@ from acl_lib.train import common, sft, trl_env
 from acl_lib.train.grpo import build_trainer
 from acl_lib.train.launcher import launch
 from acl_lib.train.stage import demo_tasks
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 TRAIN_SUMMARY = common.TRAIN_SUMMARY  # each job's summary (train_summary.json)
 SFT_SUBDIR = "checkpoints/sft"  # the cold start's job directory inside an expert's run
@@ -104,7 +108,7 @@ def _in_memory_check(trainer, backbone_dir) -> dict:
     return {"backbone_unchanged_in_memory": True}
 
 
-def train_lora_sft(cfg, backbone_dir, dataset, out_dir, rank: int | None = None) -> dict:
+def train_lora_sft(cfg: Config, backbone_dir, dataset, out_dir, rank: int | None = None) -> dict:
     """The launcher's job ``lora_sft``: the LoRA-SFT cold start of an expert (TRL ``SFTTrainer`` with
     ``peft_config``) on chat rows (a jsonl path) into ``<out_dir>/model`` (the adapter, PEFT format). ``cfg`` is the
     expert's recipe (``expert_cfg``). Resumes from ``<out_dir>/checkpoints`` after a crash; returns the summary."""
@@ -132,7 +136,8 @@ def train_lora_sft(cfg, backbone_dir, dataset, out_dir, rank: int | None = None)
     return common.write_summary(trainer, out_dir, summary)
 
 
-def train_lora_grpo(cfg, backbone_dir, domain: str, out_dir, init_adapter=None, rank: int | None = None) -> dict:
+def train_lora_grpo(cfg: Config, backbone_dir, domain: str, out_dir, init_adapter=None,
+                    rank: int | None = None) -> dict:
     """The launcher's job ``lora_grpo``: GRPO on a LoRA adapter of the frozen backbone with the stages' rollouts
     (``grpo.build_trainer``'s recipe), continuing ``init_adapter`` (the cold start's) or a fresh adapter through
     TRL's ``peft_config``; the adapter goes to ``<out_dir>/model``. Resumes from ``<out_dir>/checkpoints``."""
@@ -165,7 +170,7 @@ def train_lora_grpo(cfg, backbone_dir, domain: str, out_dir, init_adapter=None, 
     return common.write_summary(trainer, out_dir, summary)
 
 
-def train_expert(cfg, domain: str, backbone_dir, out_dir, rank: int | None = None) -> dict:
+def train_expert(cfg: Config, domain: str, backbone_dir, out_dir, rank: int | None = None) -> dict:
     """One expert into ``<out_dir>/adapter`` (module docstring); returns ``expert.json``'s content.
 
     The cold start and the GRPO phase are launcher jobs (``lora_sft``, ``lora_grpo``: in process, on several
@@ -232,7 +237,7 @@ def lora_parameters(model) -> int:
     return int(sum(p.numel() for n, p in model.named_parameters() if "lora_" in n))
 
 
-def run_expert(cfg, spec: MLESpec, domain: str):
+def run_expert(cfg: Config, spec: MLESpec, domain: str):
     run = expert_run(cfg, spec, domain)
     require_complete(run.inputs, f"MLE expert {run.name}")
     backbone = pipeline.model_dir(run.inputs[0])
@@ -248,12 +253,12 @@ def run_expert(cfg, spec: MLESpec, domain: str):
     return run_once(run, fn)
 
 
-def run_experts(cfg, spec: MLESpec) -> dict:
+def run_experts(cfg: Config, spec: MLESpec) -> dict:
     """Every domain's expert of ``spec`` (each skipped when complete). Returns ``{domain: run}``."""
     return {d: run_expert(cfg, spec, d) for d in cfg.pipeline.curriculum}
 
 
-def backbone_check(cfg, spec: MLESpec) -> dict:
+def backbone_check(cfg: Config, spec: MLESpec) -> dict:
     """After all experts: the backbone file digests every expert recorded, and the in-memory backbone of one
     model with every adapter attached, compared with the checkpoint bit for bit."""
     backbone = pipeline.model_dir(start_run(cfg, spec.start))

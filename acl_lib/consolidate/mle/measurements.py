@@ -8,6 +8,7 @@ import hashlib
 import json
 import resource
 import time
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.consolidate.mle.experts import load_routed_model
@@ -25,6 +26,9 @@ from acl_lib.eval.policies import eval_device
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import threads_per_rank
 from acl_lib.steps import require_complete
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 
 def _nbytes(params) -> int:
@@ -49,7 +53,7 @@ def _timed_generate(model, tok, prompts, new_tokens: int, repeats: int, **kw) ->
             "tokens_per_s": round(n / best, 2), "sequences": out[:, enc["input_ids"].shape[1]:].tolist()}
 
 
-def measure(cfg, spec: MLESpec, router: Router | None = None) -> dict:
+def measure(cfg: Config, spec: MLESpec, router: Router | None = None) -> dict:
     """Parameters (LoRA rank, extra parameters per expert and in total, share of the backbone), memory
     (parameter bytes; peak RSS) and generation latency / throughput of the routed model (mixed experts, one
     batch), the backbone alone and one expert merged (``merge_and_unload``), on the same batch in this run."""
@@ -115,13 +119,13 @@ def measure(cfg, spec: MLESpec, router: Router | None = None) -> dict:
     }
 
 
-def measure_run(cfg, spec: MLESpec):
+def measure_run(cfg: Config, spec: MLESpec):
     m = cfg.mle
     extra = {"spec": spec.name, "latency": [m.latency_batch, m.latency_new_tokens, m.latency_repeats]}
     return Run(cfg, f"{spec.name}_measure", sections=("worlds",), inputs=[mle_run(cfg, spec)], extra=extra)
 
 
-def run_measurements(cfg, spec: MLESpec) -> dict:
+def run_measurements(cfg: Config, spec: MLESpec) -> dict:
     run = measure_run(cfg, spec)
     require_complete(run.inputs, "MLE measurements (run_mle first)")
     run_once(run, lambda r: r.write_json(MEASURE_JSON, measure(cfg, spec)))

@@ -23,12 +23,16 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib.consolidate.mle.specs import ROUTER_FILE, ROUTER_JSON, ROUTER_SEED, router_run
 from acl_lib.envs import BENCHMARKS, STAGE_ENV
 from acl_lib.eval.harness import benchmark_size, world
 from acl_lib.runs import run_once
 from acl_lib.steps import require_complete
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 
 @dataclass(frozen=True)
@@ -219,7 +223,7 @@ class LearnedRouter(Router):
         return cls(d["domains"], d["n_features"], d["weight"], d["bias"])
 
 
-def router_contexts(cfg, n_train: int, n_heldout: int, envs: dict | None = None):
+def router_contexts(cfg: Config, n_train: int, n_heldout: int, envs: dict | None = None):
     """Training-split contexts of every stage world: ``(train, heldout)``, each a list of ``(task id, Context,
     domain)``; held-out ids and context texts are disjoint from the training ones (duplicates dropped)."""
     envs = {} if envs is None else envs
@@ -243,7 +247,7 @@ def accuracy(router: Router, items) -> float:
     return sum(router.route(c) == d for _, c, d in items) / len(items)
 
 
-def benchmark_tasks(cfg, envs: dict | None = None) -> dict[str, list]:
+def benchmark_tasks(cfg: Config, envs: dict | None = None) -> dict[str, list]:
     """Every benchmark's evaluation tasks, as ``evaluate`` draws them."""
     envs = {} if envs is None else envs
     out = {}
@@ -263,7 +267,7 @@ def confusion(router: Router, tasks_by_benchmark: Mapping[str, list], domains: S
     return out
 
 
-def run_router(cfg):
+def run_router(cfg: Config):
     """Train the learned router (skipped when complete); ``router.json`` has its training and held-out accuracy
     and both routers' confusion on every benchmark."""
     m = cfg.mle
@@ -293,7 +297,7 @@ def run_router(cfg):
     return run_once(router_run(cfg), fn)
 
 
-def make_router(cfg, kind: str) -> Router:
+def make_router(cfg: Config, kind: str) -> Router:
     if kind == "context":
         return ContextRouter(cfg.mle.fallback)
     run = router_run(cfg)

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.atomic import write_json
@@ -52,6 +53,9 @@ from acl_lib.processes import call_in_child
 from acl_lib.runs import run_once
 from acl_lib.seeding import seed_and_threads
 from acl_lib.steps import require_complete
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 
 class RoutedTurnGenerator(TurnGenerator):
@@ -228,7 +232,7 @@ class VLLMMLEPolicy(VLLMPolicy):
 # --- the system, scored --------------------------------------------------------------------------------------
 
 
-def make_mle_policy(cfg, spec: MLESpec, router: Router | None = None, reroute: bool = False):
+def make_mle_policy(cfg: Config, spec: MLESpec, router: Router | None = None, reroute: bool = False):
     """The MLE policy of ``spec`` with the evaluator's settings (``eval.backend`` picks HF or vLLM)."""
     backbone = pipeline.model_dir(start_run(cfg, spec.start))
     adapters = adapter_dirs(cfg, spec)
@@ -242,7 +246,7 @@ def make_mle_policy(cfg, spec: MLESpec, router: Router | None = None, reroute: b
                      dtype=cfg.model.dtype, reroute=reroute)
 
 
-def run_mle(cfg, spec: MLESpec, evaluate: bool = True):
+def run_mle(cfg: Config, spec: MLESpec, evaluate: bool = True):
     """The MLE system of ``spec``: its experts (trained where missing; ``run_router`` for the learned router),
     the backbone check (``mle.json``), then the whole suite scored through the evaluator with ``MLEPolicy``
     (``<run>/eval/metrics.json``, as every checkpoint). Returns the run."""
@@ -281,7 +285,7 @@ def run_mle(cfg, spec: MLESpec, evaluate: bool = True):
     return run
 
 
-def score_mle(cfg, spec: MLESpec, out_dir: str) -> None:
+def score_mle(cfg: Config, spec: MLESpec, out_dir: str) -> None:
     """Score the MLE system of ``spec`` on the whole suite into ``out_dir`` (``metrics.json``, ``records/``) and
     write which expert each episode was routed to (``routes.json``)."""
     seed_and_threads(cfg.seed, cfg.torch_threads)
@@ -296,7 +300,7 @@ def score_mle(cfg, spec: MLESpec, out_dir: str) -> None:
                                               "decisions": decisions_json(router.decisions)})
 
 
-def eval_twin(cfg, spec: MLESpec):
+def eval_twin(cfg: Config, spec: MLESpec):
     """A complete MLE evaluation of this seed directory that ``spec``'s would repeat, or None: the same experts
     (start and rank) on the same backbone, whose recorded routing decisions (``routes.json``) ``spec``'s router
     makes on every episode. The policies then generate the same tokens for every episode, so the scores are the

@@ -59,11 +59,11 @@ class MLESpec:
         return p
 
 
-def expert_name(cfg, spec: MLESpec, domain: str) -> str:
+def expert_name(cfg: Config, spec: MLESpec, domain: str) -> str:
     return f"{spec.expert_prefix(cfg)}_expert_{domain}"
 
 
-def ablation_specs(cfg, ranks: bool = True, from_base: bool = True, start: str = "sdft_base") -> list[MLESpec]:
+def ablation_specs(cfg: Config, ranks: bool = True, from_base: bool = True, start: str = "sdft_base") -> list[MLESpec]:
     """The ablations notebook 11 runs behind its flags, each with the context router: every rank of
     ``mle.ablation_ranks`` other than ``mle.rank`` (``mle_r<k>``) and experts trained from the base
     (``mle_frombase``)."""
@@ -75,7 +75,7 @@ def ablation_specs(cfg, ranks: bool = True, from_base: bool = True, start: str =
     return specs
 
 
-def lora_kwargs(cfg, rank: int | None = None) -> dict:
+def lora_kwargs(cfg: Config, rank: int | None = None) -> dict:
     """``peft.LoraConfig`` keyword arguments of an expert."""
     m = cfg.mle
     r = int(rank or m.rank)
@@ -83,13 +83,13 @@ def lora_kwargs(cfg, rank: int | None = None) -> dict:
             "target_modules": list(m.target_modules), "bias": "none", "task_type": "CAUSAL_LM"}
 
 
-def lora_config(cfg, rank: int | None = None):
+def lora_config(cfg: Config, rank: int | None = None):
     from peft import LoraConfig
 
     return LoraConfig(**lora_kwargs(cfg, rank))
 
 
-def expert_cfg(cfg, domain: str):
+def expert_cfg(cfg: Config, domain: str):
     """The domain's stage recipe (``cfg.for_stage``) with ``mle``'s budgets (``grpo_max_steps`` None: the stage's)
     and ``mle.stage_overrides[domain]``."""
     tree = cfg.for_stage(domain).to_dict()
@@ -109,14 +109,14 @@ def expert_cfg(cfg, domain: str):
         raise ConfigError(f"invalid MLE expert recipe for {domain}: {exc}") from None
 
 
-def start_run(cfg, start: str):
+def start_run(cfg: Config, start: str):
     """The backbone's run: ``sdft_base`` (``acl_lib.consolidate.sdft``) or the base."""
     if start == "base":
         return pipeline.base_run(cfg)
     return sdft_run(cfg, SDFTSpec("sdft_base", start="base"))
 
 
-def default_start(cfg, fallback: bool = True) -> str:
+def default_start(cfg: Config, fallback: bool = True) -> str:
     """``sdft_base`` when that run is complete; else (``fallback``) ``base`` with a warning (notebook 09 trains no
     ``sdft_base`` where its filter kept nothing: the untrained oracles of the smoke profile), else an error."""
     if start_run(cfg, "sdft_base").is_complete():
@@ -128,13 +128,13 @@ def default_start(cfg, fallback: bool = True) -> str:
     return "base"
 
 
-def expert_cold_start(cfg, domain: str) -> bool:
+def expert_cold_start(cfg: Config, domain: str) -> bool:
     """Whether the expert of ``domain`` has a LoRA-SFT cold start before its GRPO: ``mle.cold_start`` and the
     domain's stage has one (``pipeline.cold_start``). The study's experts are LoRA-RL: GRPO only (the default)."""
     return bool(cfg.mle.cold_start and cfg.pipeline.cold_start.get(domain))
 
 
-def expert_run(cfg, spec: MLESpec, domain: str):
+def expert_run(cfg: Config, spec: MLESpec, domain: str):
     ecfg = expert_cfg(cfg, domain)
     extra = {"domain": domain, "lora": lora_kwargs(cfg, spec.rank), "start": spec.start,
              "cold_start": expert_cold_start(cfg, domain),
@@ -143,7 +143,7 @@ def expert_run(cfg, spec: MLESpec, domain: str):
                extra=extra)
 
 
-def router_run(cfg):
+def router_run(cfg: Config):
     m = cfg.mle
     extra = {k: getattr(m, k) for k in ("router_train", "router_heldout", "router_features", "router_steps",
                                         "router_l2")}
@@ -151,7 +151,7 @@ def router_run(cfg):
     return Run(cfg, ROUTER_RUN, sections=("worlds",), inputs=[], extra=extra)
 
 
-def mle_run(cfg, spec: MLESpec):
+def mle_run(cfg: Config, spec: MLESpec):
     inputs = [start_run(cfg, spec.start)] + [expert_run(cfg, spec, d) for d in cfg.pipeline.curriculum]
     if spec.router == "learned":
         inputs.append(router_run(cfg))
@@ -160,5 +160,5 @@ def mle_run(cfg, spec: MLESpec):
 
 
 
-def adapter_dirs(cfg, spec: MLESpec) -> dict[str, Path]:
+def adapter_dirs(cfg: Config, spec: MLESpec) -> dict[str, Path]:
     return {d: expert_run(cfg, spec, d).path / ADAPTER_DIR for d in cfg.pipeline.curriculum}

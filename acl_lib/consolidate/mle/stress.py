@@ -9,6 +9,7 @@ import random
 import re
 from collections import Counter
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.consolidate.mle.routers import make_router, run_router
@@ -20,6 +21,9 @@ from acl_lib.eval.policies import make_policy
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
 from acl_lib.steps import require_complete
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 
 class ViewEpisode:
@@ -129,7 +133,7 @@ class TwoSkillEpisode:
         return self.inner.reward() * float(self.stated())
 
 
-def stress_episodes(cfg) -> dict[str, tuple[str, list]]:
+def stress_episodes(cfg: Config) -> dict[str, tuple[str, list]]:
     """The stress benchmarks, built from the worlds' test tasks (``mle.stress_tasks`` episodes each):
     ``ambiguous_<d>_no_tools`` / ``ambiguous_<d>_no_system`` (each stage world with its tool schemas removed, or
     its system prompt blanked), ``switch_search_to_ecom`` / ``switch_ecom_to_search`` (the desk changes after
@@ -177,7 +181,7 @@ def stress_episodes(cfg) -> dict[str, tuple[str, list]]:
     return out
 
 
-def stress_scores(cfg, policy, reroute: bool = False) -> dict:
+def stress_scores(cfg: Config, policy, reroute: bool = False) -> dict:
     """Pass rate (%) of ``policy`` on every stress benchmark, and (for a routed policy) the experts it chose."""
     cases = stress_episodes(cfg)
     out = {}
@@ -197,7 +201,7 @@ def stress_scores(cfg, policy, reroute: bool = False) -> dict:
     return out
 
 
-def stress_run(cfg, spec: MLESpec, oracles: bool, reroute: bool):
+def stress_run(cfg: Config, spec: MLESpec, oracles: bool, reroute: bool):
     inputs = [mle_run(cfg, spec)]
     if spec.router != "learned":
         inputs.append(router_run(cfg))
@@ -207,7 +211,7 @@ def stress_run(cfg, spec: MLESpec, oracles: bool, reroute: bool):
     return Run(cfg, f"{spec.name}_stress", sections=("worlds", "eval"), inputs=inputs, extra=extra)
 
 
-def run_stress(cfg, spec: MLESpec, oracles: bool = True, reroute: bool = False) -> dict:
+def run_stress(cfg: Config, spec: MLESpec, oracles: bool = True, reroute: bool = False) -> dict:
     """Both routers (context, learned; the switch cases with and without re-routing) and, with ``oracles``, each
     ``oracle_<d>`` on the stress benchmarks; ``<spec>_stress/stress.json``."""
     run_router(cfg)

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from acl_lib.consolidate.mle.specs import EXPERT_JSON, MLESpec, expert_run
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 
 def confusion_frame(conf: Mapping[str, Mapping[str, int]]):
@@ -122,7 +126,7 @@ def reading(scores: Mapping[str, Mapping[str, float]], study: Mapping[str, Mappi
     return "\n".join(lines)
 
 
-def experts_frame(cfg, spec: MLESpec):
+def experts_frame(cfg: Config, spec: MLESpec):
     """One row per expert of ``spec``: its run, rank, LoRA parameters, recipe (cold start, demos kept, SFT and
     GRPO steps), wall time and the backbone check."""
     import pandas as pd

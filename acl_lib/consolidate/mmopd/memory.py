@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.model.checkpoint_files import checkpoint_parameter_count
 from acl_lib.train.launcher import LAUNCH_DIR
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 DIVERGENCE_COPIES = 8  # float32 (chunk x vocabulary) tensors alive at once in a chunk of chunked_hybrid_kl: both
 # heads' logits, both log-softmaxes, p and q, the reverse-KL product and its gradient
@@ -24,7 +28,7 @@ DIVERGENCE_COPIES = 8  # float32 (chunk x vocabulary) tensors alive at once in a
 VLLM_GPU_FRACTION = 0.3  # TRL's GRPOConfig.vllm_gpu_memory_utilization default: the colocated engine's share
 
 
-def memory_plan(cfg, n_params: int, n_teachers: int = 4, vocab_size: int | None = None,
+def memory_plan(cfg: Config, n_params: int, n_teachers: int = 4, vocab_size: int | None = None,
                 hidden_size: int | None = None) -> dict:
     """Per-GPU and per-node memory of one student and ``n_teachers`` teachers of ``n_params`` parameters each,
     for ``cfg.launcher`` (GPUs = nodes x processes) and ``cfg.mmopd.teacher_placement``; GiB. Activations and the
@@ -78,14 +82,14 @@ def memory_plan(cfg, n_params: int, n_teachers: int = 4, vocab_size: int | None 
             "student_cpu_gib_per_node": student_host, "host_gib_per_node": cpu + student_host}
 
 
-def _zero3_settings(cfg) -> dict:
+def _zero3_settings(cfg: Config) -> dict:
     """The ``zero_optimization`` section of the DeepSpeed config the launcher ships for ``cfg.launcher``."""
     from acl_lib.train.launcher import deepspeed_config
 
     return json.loads(deepspeed_config(cfg).read_text()).get("zero_optimization", {})
 
 
-def memory_plan_for(cfg, n_teachers: int = 4) -> dict:
+def memory_plan_for(cfg: Config, n_teachers: int = 4) -> dict:
     """``memory_plan`` for this profile's student: ``seq_final``'s checkpoint when it exists, else the base model's."""
     final = pipeline.final_run(cfg)
     source = final.path / "model" if final.is_complete() else pipeline.model_dir(pipeline.base_run(cfg))
@@ -132,7 +136,7 @@ def render_memory_plan(plan: Mapping) -> str:
     ])
 
 
-def write_memory_plan(cfg, out_dir, model_dir, n_teachers: int) -> Path:
+def write_memory_plan(cfg: Config, out_dir, model_dir, n_teachers: int) -> Path:
     """``<out_dir>/launch/memory_plan.md`` (and ``.json``): the per-GPU memory of a distillation job's student and
     teachers for ``cfg.launcher`` and ``cfg.mmopd.teacher_placement`` (``memory_plan``), sized from the student
     checkpoint's tensor headers; ``run_mmopd`` writes it beside the job before any weight loads."""

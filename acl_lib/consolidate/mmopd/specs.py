@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.consolidate.merging import checkpoint_runs
 from acl_lib.runs import Run
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 MMOPD_SECTIONS = ("model", "worlds", "grpo", "mmopd")  # what a distillation run depends on besides its checkpoints
 
@@ -33,11 +37,11 @@ class DistillSpec:
         return asdict(self)
 
 
-def _seq_name(cfg, domain: str) -> str:
+def _seq_name(cfg: Config, domain: str) -> str:
     return pipeline.sequential_run(cfg, cfg.pipeline.curriculum.index(domain) + 1).name
 
 
-def mmopd_spec(cfg, name: str = "mmopd", **changes) -> DistillSpec:
+def mmopd_spec(cfg: Config, name: str = "mmopd", **changes) -> DistillSpec:
     """The study's MMOPD: student ``seq_final``, the four stage checkpoints as teachers, ``mmopd.mixture``,
     ``mmopd.alpha``; ``changes`` replace fields (``alpha=None`` for the reverse-KL ablation)."""
     cur = cfg.pipeline.curriculum
@@ -47,14 +51,14 @@ def mmopd_spec(cfg, name: str = "mmopd", **changes) -> DistillSpec:
     return DistillSpec(**spec)
 
 
-def single_teacher_spec(cfg, name: str = "mmopd_single") -> DistillSpec:
+def single_teacher_spec(cfg: Config, name: str = "mmopd_single") -> DistillSpec:
     """The study's single-teacher ablation: teacher ``seq_search``, student ``seq_ecom`` (the stage after search in
     the study's order), search prompts only."""
     return DistillSpec(name=name, student=_seq_name(cfg, "ecom"), teachers={"search": _seq_name(cfg, "search")},
                        mixture={"search": 1.0}, alpha=cfg.mmopd.alpha)
 
 
-def distill_run(cfg, spec: DistillSpec):
+def distill_run(cfg: Config, spec: DistillSpec):
     """The run of ``spec`` (``<seed_dir>/<spec.name>``), keyed on its spec, the sections it reads and its inputs."""
     known = checkpoint_runs(cfg)
     names = [spec.student, *dict.fromkeys(spec.teachers.values())]
@@ -65,7 +69,7 @@ def distill_run(cfg, spec: DistillSpec):
                extra={"distill": spec.to_dict()})
 
 
-def run_specs(cfg) -> list[DistillSpec]:
+def run_specs(cfg: Config) -> list[DistillSpec]:
     """The distillation runs notebook 08 makes: ``mmopd``, then the ablations the config turns on
     (``ablations.mmopd_reverse_kl``: ``mmopd_rkl``, reverse KL only; ``ablations.mmopd_single_teacher``:
     ``mmopd_single``)."""

@@ -24,6 +24,7 @@ import random
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.consolidate.mmopd.loss import chunked_hybrid_kl, route
@@ -39,6 +40,9 @@ from acl_lib.train.common import read_log
 from acl_lib.train.grpo import grpo_args
 from acl_lib.train.launcher import launch
 from acl_lib.train.trl_env import make_env
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 NUM_GENERATIONS = 2  # rollouts per prompt: GRPO's bookkeeping needs >= 2; distillation needs no group baseline
 PROMPT_SEED_OFFSET = 2  # prompts: each domain's training split drawn with cfg.seed + 2 (stages use seed, seed + 1)
@@ -70,7 +74,7 @@ def prompts_per_domain(mixture: Mapping[str, float], n: int) -> dict[str, int]:
     return counts
 
 
-def prompt_tasks(cfg, mixture: Mapping[str, float], n: int) -> list:
+def prompt_tasks(cfg: Config, mixture: Mapping[str, float], n: int) -> list:
     """The prompt mixture: each stage domain's training split (its world built as the stage builds it), drawn
     with ``cfg.seed + PROMPT_SEED_OFFSET``, ``prompts_per_domain`` of each, interleaved by a seeded shuffle."""
     tasks = []
@@ -150,7 +154,7 @@ def _trainer_class():
     return MMOPDTrainer
 
 
-def distill_cfg(cfg):
+def distill_cfg(cfg: Config):
     """``cfg`` with the GRPO settings the distillation trainer runs under: ``mmopd``'s steps, batch, learning rate
     and sampling temperature, ``NUM_GENERATIONS`` per prompt, no reference-model KL. Rollout limits (turns, tokens
     per turn, tokens per episode) stay the stages' ``grpo`` ones: the student is distilled on the episodes it is
@@ -175,7 +179,7 @@ def distill_args(dcfg, out_dir, stop_ids):
     return args
 
 
-def train_mmopd(cfg, out_dir, student_dir: str, teacher_dirs: Mapping[str, str], teacher_of: Mapping[str, str],
+def train_mmopd(cfg: Config, out_dir, student_dir: str, teacher_dirs: Mapping[str, str], teacher_of: Mapping[str, str],
                 mixture: Mapping[str, float], alpha: float | None = None, **_ignored) -> dict:
     """Distil into ``<out_dir>/model`` (the launcher's job ``mmopd``; arguments JSON-serialisable). ``teacher_dirs``:
     teacher name -> checkpoint; ``teacher_of``: stage domain -> teacher name; ``mixture``: stage domain -> weight.
@@ -217,7 +221,7 @@ def train_mmopd(cfg, out_dir, student_dir: str, teacher_dirs: Mapping[str, str],
     return common.write_summary(trainer, out_dir, summary)
 
 
-def run_mmopd(cfg, spec: DistillSpec, evaluate: bool = True):
+def run_mmopd(cfg: Config, spec: DistillSpec, evaluate: bool = True):
     """Train ``spec`` (skipped when its run is complete; resumed from its last checkpoint after a crash), record
     how far it moved the student (``moved.json``), and score it on the whole suite (``<run>/eval/metrics.json``)."""
     run = distill_run(cfg, spec)

@@ -9,6 +9,7 @@ than two oracles cold-start, the oracles' whole updates), every pair and their m
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.consolidate.sdft.training import SDFTSpec, sdft_run
@@ -18,12 +19,15 @@ from acl_lib.runs import Run, run_once
 from acl_lib.steps import require_complete
 from acl_lib.train.stage import SFT_DIR
 
+if TYPE_CHECKING:
+    from acl_lib.config import Config
+
 logger = logging.getLogger("acl.consolidate.sdft")
 
 DIRECTIONS_RUN = "sdft_directions"
 
 
-def _oracle_sft_models(cfg) -> dict:
+def _oracle_sft_models(cfg: Config) -> dict:
     out = {}
     for d in cfg.pipeline.curriculum:
         m = pipeline.oracle_run(cfg, d).path / SFT_DIR / "model"
@@ -32,7 +36,7 @@ def _oracle_sft_models(cfg) -> dict:
     return out
 
 
-def directions_run(cfg, names: tuple[str, str] = ("sdft", "sdft_base")):
+def directions_run(cfg: Config, names: tuple[str, str] = ("sdft", "sdft_base")):
     final = pipeline.final_run(cfg)
     oracles = [pipeline.oracle_run(cfg, d) for d in cfg.pipeline.curriculum]
     runs = [sdft_run(cfg, SDFTSpec(names[0])), sdft_run(cfg, SDFTSpec(names[1], start="base"))]
@@ -40,7 +44,8 @@ def directions_run(cfg, names: tuple[str, str] = ("sdft", "sdft_base")):
                extra={"runs": list(names)})
 
 
-def run_update_directions(cfg, names: tuple[str, str] = ("sdft", "sdft_base"), missing_ok: bool = False) -> dict | None:
+def run_update_directions(cfg: Config, names: tuple[str, str] = ("sdft", "sdft_base"),
+                          missing_ok: bool = False) -> dict | None:
     """The study's update-direction check (module docstring) as a run (``sdft_directions/directions.json``);
     ``names``: the SDFT runs from ``seq_final`` and from the base. Returns that JSON; with ``missing_ok``, None
     when those two runs are not complete (skipped for want of data) instead of an error."""

@@ -17,6 +17,7 @@ sample index, task difficulty and length) are saved with ``datasets.Dataset.save
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.consolidate.merging import validation_seed
@@ -30,6 +31,9 @@ from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
 from acl_lib.steps import require_complete
 
+if TYPE_CHECKING:
+    from acl_lib.config import Config
+
 SAMPLE_SEED = 104729  # + cfg.seed: the tasks the oracles sample on (stages use cfg.seed and cfg.seed + 1)
 DATA_RUN = "sdft_data"
 DATASET_DIR = "dataset"  # <sdft_data>/dataset: the kept rows of every domain (datasets.Dataset.save_to_disk)
@@ -38,7 +42,7 @@ DATA_SECTIONS = ("model", "worlds")  # + the sampling fields of sdft and each do
 SAMPLING_FIELDS = ("n_prompts", "group_size", "temperature", "dedup_threshold", "dedup_ngram")
 
 
-def sample_seed(cfg) -> int:
+def sample_seed(cfg: Config) -> int:
     """The seed the oracles' sampling tasks are drawn with (and sampling is seeded with); never a stage's
     (``cfg.seed``, ``cfg.seed + 1``) nor the merges' validation seed."""
     s = SAMPLE_SEED + cfg.seed
@@ -47,7 +51,7 @@ def sample_seed(cfg) -> int:
     return s
 
 
-def domain_limits(cfg, domain: str) -> tuple[int, int]:
+def domain_limits(cfg: Config, domain: str) -> tuple[int, int]:
     """``(max_turns, max_new_tokens)`` a domain's rollouts run with: its stage's GRPO limits."""
     g = cfg.for_stage(domain).grpo
     return g.max_turns, g.max_new_tokens
@@ -105,7 +109,7 @@ class _CutWatch:
             self.policy.close()
 
 
-def sampling_policy(cfg, model_dir: str, max_new_tokens: int):
+def sampling_policy(cfg: Config, model_dir: str, max_new_tokens: int):
     """The evaluator's batched model policy with SDFT's sampling settings (``sdft.temperature``, top-p 1)."""
     if cfg.eval.backend == "vllm":
         return VLLMPolicy(str(model_dir), max_new_tokens, cfg.sdft.temperature, 1.0, dtype=cfg.model.dtype,
@@ -114,7 +118,7 @@ def sampling_policy(cfg, model_dir: str, max_new_tokens: int):
                     dtype=cfg.model.dtype)
 
 
-def sample_domain(cfg, domain: str, policy, tasks: list | None = None, env=None) -> tuple[list[dict], dict]:
+def sample_domain(cfg: Config, domain: str, policy, tasks: list | None = None, env=None) -> tuple[list[dict], dict]:
     """``sdft.group_size`` rollouts of ``policy`` (a batched policy: the oracle's ``sampling_policy``, or any
     other, e.g. ``ExpertPolicy`` in tests) on each of ``tasks`` (default: ``sdft.n_prompts`` training tasks of
     the domain's world drawn with ``sample_seed``), filtered (``filter_episodes``). Returns ``(rows, stats)``."""
@@ -135,7 +139,7 @@ def sample_domain(cfg, domain: str, policy, tasks: list | None = None, env=None)
     return rows, stats
 
 
-def data_run(cfg):
+def data_run(cfg: Config):
     """``sdft_data``: keyed on the oracles, ``model`` / ``worlds``, sdft's sampling fields and the limits."""
     oracles = [pipeline.oracle_run(cfg, d) for d in cfg.pipeline.curriculum]
     extra = {"sdft": {k: getattr(cfg.sdft, k) for k in SAMPLING_FIELDS}, "seed": sample_seed(cfg),
@@ -172,7 +176,7 @@ def load_rows(path) -> list[dict]:
     return out
 
 
-def sample_oracle(cfg, domain: str, model: str, policy_for=None) -> tuple[list[dict], dict]:
+def sample_oracle(cfg: Config, domain: str, model: str, policy_for=None) -> tuple[list[dict], dict]:
     """``sample_domain`` with the oracle in ``model`` (its ``sampling_policy``, or ``policy_for``'s), seeded."""
     seed_and_threads(sample_seed(cfg), cfg.torch_threads)
     _, max_new = domain_limits(cfg, domain)
@@ -184,7 +188,7 @@ def sample_oracle(cfg, domain: str, model: str, policy_for=None) -> tuple[list[d
             policy.close()
 
 
-def run_sdft_data(cfg, policy_for=None):
+def run_sdft_data(cfg: Config, policy_for=None):
     """Sample and filter every domain from its oracle (skipped when ``sdft_data`` is complete). ``policy_for``:
     ``(domain, model_dir, max_new_tokens) -> policy`` instead of the oracle's ``sampling_policy`` (tests).
     Returns the run; ``filter.json`` holds the statistics per domain, ``dataset/`` the kept rows."""

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from acl_lib.consolidate.sdft.training import SUMMARY_JSON
 from acl_lib.envs import IN_DOMAIN
 from acl_lib.steps import SEQ_FINAL, made_by
+
+if TYPE_CHECKING:
+    from acl_lib.config import Config
 
 
 def filter_frame(filter_json: Mapping):
@@ -42,7 +46,7 @@ def directions_frame(directions: Mapping | None):
     return pd.DataFrame(rows).set_index("cosine between")
 
 
-def training_frame(cfg, names: Sequence[str]):
+def training_frame(cfg: Config, names: Sequence[str]):
     """Per SDFT run: start, order, rows per domain, rows seen, first / last loss, ||d theta|| (absolute and
     relative to the start's norm)."""
     import pandas as pd

@@ -73,8 +73,8 @@ def mix_name(mixture: Mapping[str, float], curriculum: Sequence[str]) -> str:
     return "sdft_mix_" + "_".join(f"{d}{float(mixture.get(d, 0.0)):g}" for d in curriculum)
 
 
-def ablation_specs(cfg, mixture: Mapping[str, float] | None = None, orders: Sequence[str] = ("staged", "difficulty")
-                   ) -> list[SDFTSpec]:
+def ablation_specs(cfg: Config, mixture: Mapping[str, float] | None = None,
+                   orders: Sequence[str] = ("staged", "difficulty")) -> list[SDFTSpec]:
     """The ablations notebook 09 runs, each from ``seq_final``: a non-uniform ``mixture`` (``sdft_mix_*``; None
     leaves it out) with ``sdft.order``, and each presentation order of ``orders`` other than ``sdft.order``
     (``sdft_staged``, ``sdft_difficulty``) with ``sdft.mixture``. ``sdft`` itself is ``sdft.order``
@@ -88,11 +88,11 @@ def ablation_specs(cfg, mixture: Mapping[str, float] | None = None, orders: Sequ
     return specs
 
 
-def start_run(cfg, start: str):
+def start_run(cfg: Config, start: str):
     return pipeline.base_run(cfg) if start == "base" else pipeline.final_run(cfg)
 
 
-def sdft_cfg(cfg):
+def sdft_cfg(cfg: Config):
     """``cfg`` with ``sft.max_steps`` / ``batch_size`` / ``learning_rate`` replaced by ``sdft``'s (what the SFT
     job of an SDFT run reads; the other ``sft`` fields, ``max_length`` included, stay)."""
     tree = cfg.to_dict()
@@ -101,7 +101,7 @@ def sdft_cfg(cfg):
     return Config.model_validate(tree)
 
 
-def sdft_run(cfg, spec: SDFTSpec):
+def sdft_run(cfg: Config, spec: SDFTSpec):
     """The run of ``spec`` (``<seed_dir>/<spec.name>``), keyed on its recipe and inputs (data run, start)."""
     extra = {"spec": spec.resolved(cfg), "sdft": {k: getattr(cfg.sdft, k) for k in TRAINING_FIELDS + STOPPING_FIELDS},
              "max_length": cfg.sft.max_length, "seed": cfg.seed}
@@ -115,7 +115,7 @@ def displacement(before, after, progress: bool = False) -> dict:
     return {"displacement_norm": norm, "start_norm": ref, "relative_displacement": norm / ref if ref else None}
 
 
-def run_sdft(cfg, spec: SDFTSpec, evaluate: bool = True):
+def run_sdft(cfg: Config, spec: SDFTSpec, evaluate: bool = True):
     """Train ``spec`` on the union of ``sdft_data`` (skipped when complete), then score it on the whole suite
     (``<run>/eval/metrics.json``). Returns the run; ``<run>/sdft.json`` records what training did."""
     run = sdft_run(cfg, spec)
@@ -175,7 +175,7 @@ def run_sdft(cfg, spec: SDFTSpec, evaluate: bool = True):
     return run
 
 
-def same_union_twin(cfg, spec: SDFTSpec, rows_in: list[dict]) -> Run | None:
+def same_union_twin(cfg: Config, spec: SDFTSpec, rows_in: list[dict]) -> Run | None:
     """A complete SDFT run, other than ``spec``'s, from the same start whose training rows are ``rows_in`` in the
     same order (``train_rows.jsonl``): the very same SFT job. A mixture ablation is one when the kept rows cap
     every domain's count (few kept rows: the weights cannot change what there is). Candidates: ``sdft`` /
@@ -208,7 +208,7 @@ def _copy_sdft_fn(twin: Run, recipe: dict):
     return fn
 
 
-def run_sdft_specs(cfg, specs: Sequence[SDFTSpec], evaluate: bool = True) -> list[str]:
+def run_sdft_specs(cfg: Config, specs: Sequence[SDFTSpec], evaluate: bool = True) -> list[str]:
     """``run_sdft`` for each spec; a spec with nothing to train on (``NoData``) is skipped with a log line.
     Returns the names of the runs trained (or complete)."""
     done = []
