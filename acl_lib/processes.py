@@ -88,6 +88,57 @@ def call_in_child(fn, *args, **kwargs):
     return payload
 
 
+def map_in_children(fn, calls: list[tuple], envs: list[dict] | None = None) -> list:
+    """``[fn(*args) for args in calls]``, each call in a fresh Python process of its own (``spawn``), all at once;
+    ``envs[i]``: environment variables of child ``i`` (e.g. ``CUDA_VISIBLE_DEVICES``: one GPU each). Results come
+    back in the order of ``calls``. If one child fails (an exception, or it dies) the others are stopped and a
+    ``RuntimeError`` names the first that failed with its traceback; an interrupt here stops every child."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    envs = envs or [{} for _ in calls]
+    procs, pipes = [], []
+    try:
+        for args, env in zip(calls, envs):
+            parent_end, child_end = ctx.Pipe(duplex=False)
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update({k: str(v) for k, v in env.items()})  # a spawned child starts with this environment
+            try:
+                proc = ctx.Process(target=_child_main, args=(child_end, fn, tuple(args), {}), daemon=False)
+                proc.start()
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+            child_end.close()
+            procs.append(proc)
+            pipes.append(parent_end)
+        results = []
+        for i, (proc, pipe) in enumerate(zip(procs, pipes)):
+            try:
+                ok, payload = pipe.recv()
+            except EOFError:
+                proc.join()
+                raise RuntimeError(f"{getattr(fn, '__qualname__', fn)} in child {i} of {len(procs)} ended with exit "
+                                   f"code {proc.exitcode} before returning") from None
+            if not ok:
+                raise RuntimeError(f"{getattr(fn, '__qualname__', fn)} failed in child {i} of {len(procs)}:\n{payload}")
+            results.append(payload)
+        for proc in procs:
+            proc.join()
+        return results
+    except BaseException:
+        for proc in procs:
+            if proc.is_alive():
+                kill_tree(proc.pid)
+        raise
+    finally:
+        for pipe in pipes:
+            pipe.close()
+
+
 def _child_main(conn, fn, args, kwargs) -> None:
     import traceback
 

@@ -264,3 +264,24 @@ def test_the_stopping_checks_use_held_out_training_tasks_of_tool_worlds_only(tmp
     assert check_tasks(math, cfg, demo_tasks(math, cfg)) == []
     off = load_config("mini", overrides={"output_dir": str(tmp_path), "sft.stop_at_well_formed": 0})
     assert check_tasks(env, off, demos) == []
+
+
+@pytest.mark.slow
+def test_an_oracles_sdft_sampling_sharded_over_processes_keeps_the_same_rows(base_dir, tmp_path):
+    """eval.shards > 1: an oracle's SDFT sampling runs in that many processes at once (every n-th task each), its
+    verdicts put back in order before the domain-wide filter: the rows and statistics of one process (the HF
+    policy samples each episode from its own stream). A failing shard stops the others and says which failed."""
+    import os
+
+    from acl_lib.consolidate.sdft.sampling import sample_oracle
+    from acl_lib.processes import map_in_children
+
+    over = {"sdft.n_prompts": 5, "sdft.group_size": 2, "torch_threads": 2}
+    one = sample_oracle(tiny_cfg(tmp_path, **over), "if", str(base_dir))
+    three = sample_oracle(tiny_cfg(tmp_path, **over, **{"eval.shards": 3}), "if", str(base_dir))
+    assert three == one and one[1]["tried"] == 10
+    assert map_in_children(divmod, [(7, 2), (9, 4)]) == [(3, 1), (2, 1)]
+    with pytest.raises(RuntimeError, match="failed in child 1 of 2"):
+        map_in_children(divmod, [(7, 2), (9, 0)])
+    with pytest.raises(RuntimeError, match="child 0 of 1 ended with exit code 3"):
+        map_in_children(os._exit, [(3,)])

@@ -57,7 +57,7 @@ def _run_children(spec: dict, shards: list[tuple[int, int] | None], what: str) -
     base_env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])  # the child imports this checkout even when not installed
     base_env["PYTHONPATH"] = root + (os.pathsep + base_env["PYTHONPATH"] if base_env.get("PYTHONPATH") else "")
-    gpus = _visible_gpus()
+    gpus = visible_gpus()
     procs, tails, lock = [], [], threading.Lock()
 
     def pump(proc, tail: list[str], prefix: str) -> None:
@@ -102,7 +102,7 @@ def _run_children(spec: dict, shards: list[tuple[int, int] | None], what: str) -
             raise RuntimeError(f"{what}{where} failed (exit {proc.returncode}); its last lines:\n" + "".join(tail))
 
 
-def _visible_gpus() -> list[str]:
+def visible_gpus() -> list[str]:
     """The GPU indices this process may hand to its children: ``CUDA_VISIBLE_DEVICES`` if set, else every GPU torch
     sees; empty on a machine without CUDA."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -134,35 +134,48 @@ def episode_length(messages: list[dict]) -> int:
     return n
 
 
+def judge_episode(domain: str, ep, was_cut: bool = False, sample: int = 0) -> dict:
+    """One finished episode's verdict before the near-duplicate filter (picklable: a shard of the sampling sends
+    its verdicts back): ``{"failed": "reward" | "protocol", "reason": ...}``, or ``{"failed": None, "row": the
+    chat row with its domain, task id, sample, difficulty, length and turns, "text": its assistant_text}``.
+    ``was_cut``: a turn was cut at the token budget."""
+    if ep.reward() < 1.0:
+        return {"failed": "reward", "reason": (ep.failure or "reward below 1").split(":")[0][:80]}
+    why = ("protocol error: " + ep.protocol_errors[0]) if ep.protocol_errors else protocol_violation(ep, was_cut)
+    if why:
+        return {"failed": "protocol", "reason": why.split(":")[0][:80] if why.startswith("not ended") else why[:80]}
+    row = episode_row(ep.messages, ep.task.tools)
+    row.update(domain=domain, task_id=ep.task.id, sample=int(sample), difficulty=task_difficulty(ep.task),
+               length=episode_length(ep.messages), turns=ep.turns)
+    return {"failed": None, "row": row, "text": assistant_text(ep.messages)}
+
+
 def filter_episodes(domain: str, episodes: list, cut: set | frozenset = frozenset(), threshold: float = 0.9,
                     n: int = 3, samples: Sequence[int] | None = None) -> tuple[list[dict], dict]:
     """The filter of the module docstring over finished ``episodes`` of ``domain`` (sampling order). ``cut``:
     ``id(episode.messages)`` of the episodes with a turn cut at the token budget. Returns ``(rows, stats)``;
     ``stats`` has ``tried``, ``reward_failed``, ``protocol_failed``, ``duplicates``, ``kept`` and the reasons."""
-    passed, reasons = [], {"reward": Counter(), "protocol": Counter()}
-    stats = {"tried": len(episodes), "reward_failed": 0, "protocol_failed": 0, "duplicates": 0, "kept": 0}
-    for i, ep in enumerate(episodes):
-        r = ep.reward()
-        if r < 1.0:
-            stats["reward_failed"] += 1
-            reasons["reward"][(ep.failure or "reward below 1").split(":")[0][:80]] += 1
-            continue
-        why = ("protocol error: " + ep.protocol_errors[0]) if ep.protocol_errors else \
-            protocol_violation(ep, id(ep.messages) in cut)
-        if why:
-            stats["protocol_failed"] += 1
-            reasons["protocol"][why.split(":")[0][:80] if why.startswith("not ended") else why[:80]] += 1
-            continue
-        passed.append(i)
-    keep = dedup([assistant_text(episodes[i].messages) for i in passed], threshold, n)
+    verdicts = [judge_episode(domain, ep, id(ep.messages) in cut, samples[i] if samples else 0)
+                for i, ep in enumerate(episodes)]
+    return filter_verdicts(verdicts, threshold, n)
+
+
+def filter_verdicts(verdicts: list[dict], threshold: float = 0.9, n: int = 3) -> tuple[list[dict], dict]:
+    """``filter_episodes`` from the episodes' ``judge_episode`` verdicts (sampling order; a sharded sampling's
+    verdicts, merged back into that order): the reward and protocol failures counted by reason, then the
+    near-duplicates of the passed ones dropped across the whole domain."""
+    reasons = {"reward": Counter(), "protocol": Counter()}
+    stats = {"tried": len(verdicts), "reward_failed": 0, "protocol_failed": 0, "duplicates": 0, "kept": 0}
+    passed = []
+    for v in verdicts:
+        if v["failed"]:
+            stats[f"{v['failed']}_failed"] += 1
+            reasons[v["failed"]][v["reason"]] += 1
+        else:
+            passed.append(v)
+    keep = dedup([v["text"] for v in passed], threshold, n)
     stats["duplicates"] = len(passed) - len(keep)
-    rows = []
-    for j in keep:
-        ep = episodes[passed[j]]
-        row = episode_row(ep.messages, ep.task.tools)
-        row.update(domain=domain, task_id=ep.task.id, sample=int(samples[passed[j]]) if samples else 0,
-                   difficulty=task_difficulty(ep.task), length=episode_length(ep.messages), turns=ep.turns)
-        rows.append(row)
+    rows = [passed[j]["row"] for j in keep]
     stats["kept"] = len(rows)
     stats["acceptance"] = stats["kept"] / stats["tried"] if stats["tried"] else 0.0
     stats["reasons"] = {k: dict(v.most_common()) for k, v in reasons.items()}

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING
 
 from acl_lib import pipeline
 from acl_lib.consolidate.merging import validation_seed
-from acl_lib.consolidate.sdft.filtering import filter_episodes
+from acl_lib.consolidate.sdft.filtering import filter_verdicts, judge_episode
 from acl_lib.envs import STAGE_ENV
 from acl_lib.eval.harness import run_episodes, world
 from acl_lib.eval.policies import HFPolicy, VLLMPolicy
-from acl_lib.processes import call_in_child
+from acl_lib.eval.sharding import visible_gpus
+from acl_lib.processes import call_in_child, map_in_children
 from acl_lib.progress import Progress
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
@@ -118,24 +119,37 @@ def sampling_policy(cfg: Config, model_dir: str, max_new_tokens: int):
                     dtype=cfg.model.dtype)
 
 
+def sampling_tasks(cfg: Config, domain: str, env=None) -> list:
+    """The ``sdft.n_prompts`` training tasks of the domain's world its oracle samples on (``sample_seed``)."""
+    env = env if env is not None else world(cfg, STAGE_ENV.get(domain, domain))
+    return env.tasks("train", cfg.sdft.n_prompts, seed=sample_seed(cfg))
+
+
+def sample_verdicts(cfg: Config, domain: str, policy, tasks: list, env=None) -> tuple[list[dict], int]:
+    """``sdft.group_size`` rollouts of ``policy`` on each of ``tasks`` (task by task, sample by sample), each
+    judged (``filtering.judge_episode``); returns the verdicts and how many had a turn cut at the token budget."""
+    env = env if env is not None else world(cfg, STAGE_ENV.get(domain, domain))
+    max_turns, _ = domain_limits(cfg, domain)
+    episodes = [(env.start(t, max_turns=max_turns), k) for t in tasks for k in range(cfg.sdft.group_size)]
+    watch = policy if isinstance(policy, _CutWatch) else _CutWatch(policy)
+    run_episodes(watch, [ep for ep, _ in episodes], batch_size=max(cfg.eval.batch_size, 1) * 4)
+    return [judge_episode(domain, ep, id(ep.messages) in watch.cut, k) for ep, k in episodes], len(watch.cut)
+
+
 def sample_domain(cfg: Config, domain: str, policy, tasks: list | None = None, env=None) -> tuple[list[dict], dict]:
     """``sdft.group_size`` rollouts of ``policy`` (a batched policy: the oracle's ``sampling_policy``, or any
-    other, e.g. ``ExpertPolicy`` in tests) on each of ``tasks`` (default: ``sdft.n_prompts`` training tasks of
-    the domain's world drawn with ``sample_seed``), filtered (``filter_episodes``). Returns ``(rows, stats)``."""
+    other, e.g. ``ExpertPolicy`` in tests) on each of ``tasks`` (default: ``sampling_tasks``), filtered
+    (``filter_verdicts``: reward, protocol, near-duplicates across the domain). Returns ``(rows, stats)``."""
+    tasks = tasks if tasks is not None else sampling_tasks(cfg, domain, env)
+    verdicts, cut = sample_verdicts(cfg, domain, policy, tasks, env)
+    return _filtered(cfg, domain, verdicts, len(tasks), cut)
+
+
+def _filtered(cfg: Config, domain: str, verdicts: list[dict], n_tasks: int, cut: int) -> tuple[list[dict], dict]:
     s = cfg.sdft
-    env = env if env is not None else world(cfg, STAGE_ENV.get(domain, domain))
-    tasks = tasks if tasks is not None else env.tasks("train", s.n_prompts, seed=sample_seed(cfg))
-    max_turns, _ = domain_limits(cfg, domain)
-    episodes, samples = [], []
-    for t in tasks:
-        for k in range(s.group_size):
-            episodes.append(env.start(t, max_turns=max_turns))
-            samples.append(k)
-    watch = policy if isinstance(policy, _CutWatch) else _CutWatch(policy)
-    run_episodes(watch, episodes, batch_size=max(cfg.eval.batch_size, 1) * 4)
-    rows, stats = filter_episodes(domain, episodes, watch.cut, s.dedup_threshold, s.dedup_ngram, samples)
-    stats.update(prompts=len(tasks), group_size=s.group_size, max_turns=max_turns,
-                 cut_at_token_budget=len(watch.cut))
+    rows, stats = filter_verdicts(verdicts, s.dedup_threshold, s.dedup_ngram)
+    stats.update(prompts=n_tasks, group_size=s.group_size, max_turns=domain_limits(cfg, domain)[0],
+                 cut_at_token_budget=cut)
     return rows, stats
 
 
@@ -177,15 +191,46 @@ def load_rows(path) -> list[dict]:
 
 
 def sample_oracle(cfg: Config, domain: str, model: str, policy_for=None) -> tuple[list[dict], dict]:
-    """``sample_domain`` with the oracle in ``model`` (its ``sampling_policy``, or ``policy_for``'s), seeded."""
+    """``sample_domain`` with the oracle in ``model`` (its ``sampling_policy``, or ``policy_for``'s), seeded; over
+    ``eval.shards`` processes at once where that is above 1 (``sample_oracle_sharded``)."""
+    if cfg.eval.shards > 1:
+        return sample_oracle_sharded(cfg, domain, model, cfg.eval.shards, policy_for)
+    verdicts, cut = sample_shard(cfg, domain, model, (0, 1), policy_for)
+    return _filtered(cfg, domain, verdicts, cfg.sdft.n_prompts, cut)
+
+
+def sample_shard(cfg: Config, domain: str, model: str, shard: tuple[int, int], policy_for=None
+                 ) -> tuple[list[dict], int]:
+    """Shard ``(i, n)`` of an oracle's sampling: its verdicts (``sample_verdicts``) on every n-th task of
+    ``sampling_tasks`` from the i-th, with its own policy (the oracle's ``sampling_policy``, or ``policy_for``'s)."""
     seed_and_threads(sample_seed(cfg), cfg.torch_threads)
     _, max_new = domain_limits(cfg, domain)
+    i, n = shard
+    tasks = sampling_tasks(cfg, domain)[i::n]
     policy = policy_for(domain, model, max_new) if policy_for else sampling_policy(cfg, model, max_new)
     try:
-        return sample_domain(cfg, domain, policy)
+        return sample_verdicts(cfg, domain, policy, tasks)
     finally:
         if hasattr(policy, "close"):
             policy.close()
+
+
+def sample_oracle_sharded(cfg: Config, domain: str, model: str, shards: int, policy_for=None
+                          ) -> tuple[list[dict], dict]:
+    """An oracle's sampling split over ``shards`` processes run at once (``processes.map_in_children``), each on
+    its own GPU where there are GPUs (shard i on GPU i modulo their number) and its share of the CPU threads
+    elsewhere; their verdicts are put back in the unsharded order before the domain-wide filter, so the rows are
+    those of one process wherever each episode's samples do not depend on its batch (the HF policy's per-episode
+    streams; a vLLM engine seeds per engine, so there its samples differ from an unsharded run's)."""
+    gpus = visible_gpus()
+    threads = max(1, cfg.torch_threads // shards) if not gpus else cfg.torch_threads
+    sub = cfg.model_copy(update={"torch_threads": threads})
+    envs = [{"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} if gpus else {} for i in range(shards)]
+    parts = map_in_children(sample_shard, [(sub, domain, model, (i, shards), policy_for) for i in range(shards)],
+                            envs)
+    g, n_tasks = cfg.sdft.group_size, cfg.sdft.n_prompts
+    verdicts = [v for j in range(n_tasks) for v in parts[j % shards][0][(j // shards) * g:(j // shards + 1) * g]]
+    return _filtered(cfg, domain, verdicts, n_tasks, sum(cut for _, cut in parts))
 
 
 def run_sdft_data(cfg: Config, policy_for=None):
