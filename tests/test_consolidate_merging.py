@@ -336,3 +336,18 @@ def test_a_notebooks_comparison_holds_only_the_runs_it_names(smoke_cfg):
     assert se["mmopd"]["nq"] == pytest.approx(noise.binomial_se(25.0, 32, 1))
     frame = compare.comparison_frame(compare.comparison_scores(smoke_cfg, ["mmopd"]), {}, se=se)
     assert frame.loc["mmopd", ("nq", "ours")] == f"25.0 ± {noise.binomial_se(25.0, 32, 1):.1f}"
+
+
+@pytest.mark.slow
+def test_merge_candidates_scored_over_processes_score_as_in_one(base_dir, tmp_path):
+    """eval.shards > 1: the validation search merges and scores every n-th candidate in a process of its own, at
+    once; the scores come back in candidate order and equal one process's (greedy validation)."""
+    from acl_lib.consolidate.merging.search import score_candidates
+    from train_kit import tiny_cfg
+
+    cfg = tiny_cfg(tmp_path, torch_threads=2)
+    cands = [(0.5, 0.5), (1.0, 0.0), (0.0, 1.0)]
+    one = score_candidates(cfg, base_dir, [base_dir, base_dir], cands, ["math", "if"], 2, tmp_path / "one")
+    two = score_candidates(cfg, base_dir, [base_dir, base_dir], cands, ["math", "if"], 2, tmp_path / "two", shards=2)
+    assert two == one and [c["weights"] for c in one] == [list(c) for c in cands]
+    assert set(one[0]["scores"]) == {"math", "if"}

@@ -12,6 +12,7 @@ split, the seed and the task ids scored, so the choice can be checked.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -23,14 +24,17 @@ from acl_lib.consolidate.merging.merge import merge_checkpoints
 from acl_lib.consolidate.merging.specs import checkpoint_runs, complete_inputs
 from acl_lib.envs import BENCHMARKS, IN_DOMAIN
 from acl_lib.eval import harness, policies  # called through the modules: tests swap harness.world
+from acl_lib.eval.sharding import visible_gpus
 from acl_lib.model.checkpoint_files import resolve_model_dir
-from acl_lib.processes import call_in_child
+from acl_lib.processes import call_in_child, map_in_children
 from acl_lib.progress import maybe_progress
 from acl_lib.runs import Run, run_once
 from acl_lib.seeding import seed_and_threads
 
 if TYPE_CHECKING:
     from acl_lib.config import Config
+
+log = logging.getLogger("acl.consolidate.merging")
 
 VALIDATION_SPLIT = "train"  # no world has a validation split: held-out draws of the training split (module docstring)
 VALIDATION_SEED = 7919  # + worlds.seed; training draws its tasks with the training seed and seed + 1
@@ -150,6 +154,36 @@ def search_weights(base_dir, source_dirs: Sequence, candidates: Sequence[Sequenc
     return out
 
 
+def _score_shard(cfg: Config, base_dir: str, source_dirs: list[str], candidates: list, domains: list[str],
+                 n_tasks: int, work_dir: str) -> list[dict]:
+    """A share of the candidates merged and scored in a process of its own (``score_candidates``)."""
+    no_child = cfg.model_copy(update={"launcher": cfg.launcher.model_copy(update={"eval_subprocess": False})})
+    envs: dict = {}
+    return search_weights(base_dir, source_dirs, candidates,
+                          lambda m: validation_scores(no_child, m, domains, n_tasks, envs=envs), work_dir)
+
+
+def score_candidates(cfg: Config, base_dir, source_dirs: Sequence, candidates: Sequence[Sequence[float]],
+                     domains: Sequence[str], n_tasks: int, work_dir, shards: int = 1) -> list[dict]:
+    """``search_weights`` with ``validation_scores`` on ``domains``; with ``shards`` > 1 the candidates are split
+    over that many processes at once (every n-th candidate each, one GPU each where there are GPUs, each merging
+    into a work directory of its own) and their scores put back in candidate order: the same list as one process
+    wherever scores do not depend on which process ran them (greedy validation, the per-episode sampling streams)."""
+    n = min(shards, len(candidates))
+    if n <= 1:
+        envs: dict = {}
+        return search_weights(base_dir, source_dirs, candidates,
+                              lambda m: validation_scores(cfg, m, domains, n_tasks, envs=envs), work_dir, progress=True)
+    gpus = visible_gpus()
+    sub = cfg if gpus else cfg.model_copy(update={"torch_threads": max(1, cfg.torch_threads // n)})
+    calls = [(sub, str(base_dir), [str(s) for s in source_dirs], [list(c) for c in candidates[i::n]], list(domains),
+              n_tasks, str(Path(work_dir) / f"shard{i}")) for i in range(n)]
+    envs_ = [{"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} if gpus else {} for i in range(n)]
+    log.info("merge validation: %d candidates over %d processes", len(candidates), n)
+    parts = map_in_children(_score_shard, calls, envs_)
+    return [parts[j % n][j // n] for j in range(len(candidates))]
+
+
 def validation_run(cfg: Config, sources: Sequence[str], grid: Sequence[float], n_tasks: int):
     known = checkpoint_runs(cfg)
     oracles = [known[f"oracle_{d}"] for d in cfg.pipeline.curriculum]
@@ -182,9 +216,8 @@ def run_validation_search(cfg: Config, sources: Sequence[str], grid: Sequence[fl
         # A domain whose own oracle scores 0 on validation has nothing a merge could recover (at the mini profile,
         # the retail desk): the candidates are not scored there, which spares its long multi-turn episodes.
         scored_domains = [d for d in domains if oracle[d] > 0] or domains
-        scored = search_weights(resolve_model_dir(base_dir), source_dirs, candidates,
-                                lambda m: validation_scores(cfg, m, scored_domains, n_tasks, envs=envs),
-                                run.path, progress=True)
+        scored = score_candidates(cfg, resolve_model_dir(base_dir), source_dirs, candidates, scored_domains,
+                                  n_tasks, run.path, shards=cfg.eval.shards)
         chosen = choose(scored, oracle)
         run.write_json("validation.json", {
             "split": VALIDATION_SPLIT, "validation_seed": validation_seed(cfg), "n_tasks": n_tasks,
