@@ -285,3 +285,26 @@ def test_an_oracles_sdft_sampling_sharded_over_processes_keeps_the_same_rows(bas
         map_in_children(divmod, [(7, 2), (9, 0)])
     with pytest.raises(RuntimeError, match="child 0 of 1 ended with exit code 3"):
         map_in_children(os._exit, [(3,)])
+
+
+def test_a_training_split_the_teacher_used_whole_leaves_the_check_what_is_left(tmp_path, caplog):
+    """tau2 retail's real training split has 74 tasks, all of them the teacher's: the stopping check runs on the
+    held-out tasks there are (at least 8) or is off, and a warning says which; it never fails the stage."""
+    from acl_lib.train.stage import MIN_CHECK_TASKS, check_tasks
+
+    cfg = load_config("mini", overrides={"output_dir": str(tmp_path), "sft.stop_at_well_formed": 0.8,
+                                         "sft.stop_check_tasks": 32})
+    env = make_env("search", cfg)
+    pool = env.tasks("train", 32 + 40, seed=cfg.seed + 2)
+
+    class Small:  # the search world, its training split cut to the 40 + 10 tasks below
+        name = "search"
+
+        def tasks(self, split, n, seed=0):
+            return (pool[:40] + extra)[:n]
+
+    extra = env.tasks("train", 10, seed=99)
+    held = check_tasks(Small(), cfg, pool[:40])  # 40 demos' tasks: 10 left
+    assert len(held) == 10 >= MIN_CHECK_TASKS and "the stopping check runs on those" in caplog.text
+    extra = extra[:5]
+    assert check_tasks(Small(), cfg, pool[:40]) == [] and "too few to check on" in caplog.text

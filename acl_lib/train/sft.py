@@ -200,8 +200,8 @@ def _stop_callback():
         tool calls only (``tool_call_counts``), checked every ``every`` optimizer steps: the study's criterion ("so
         the model learns tool syntax"), fixed before any run, instead of a step count chosen from downstream
         scores. ``sft.max_steps`` stays the cap. Each check is appended to ``checks_path`` (jsonl). Under several
-        processes the first checks, with every rank's parameters gathered where ZeRO-3 partitions them, and its
-        decision is broadcast."""
+        processes rank 0 checks, with the parameters gathered where ZeRO-3 partitions them (every rank takes part
+        in the gather), and broadcasts its decision."""
 
         def __init__(self, threshold: float, every: int, check, checks_path: Path):
             self.threshold, self.every, self.check, self.path = threshold, every, check, Path(checks_path)
