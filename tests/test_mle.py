@@ -368,12 +368,37 @@ def test_an_mle_evaluation_whose_routes_another_router_repeats_is_copied(tmp_pat
 # --- scoring in a child process -----------------------------------------------------------------------------
 
 
+def _scored_mle(base_dir, made: dict, store, **overrides) -> Path:
+    """MLE of the smoke profile scored into ``store`` (``overrides`` on top), its backbone and experts complete
+    without training (the adapters ``made`` and their records): its evaluation directory."""
+    import shutil
+
+    cfg = load_config("smoke", {"output_dir": str(store), "torch_threads": 1, "worlds.n_test": 2, "worlds.n_ood": 1,
+                                **overrides})
+    spec = mle.MLESpec()
+    run_once(mle.start_run(cfg, spec.start), lambda r: shutil.copytree(base_dir, r.path / "model"))
+    digests = mle.file_digests(pipeline.model_dir(mle.start_run(cfg, spec.start)))
+    for d in cfg.pipeline.curriculum:
+        def expert(r, d=d):
+            shutil.copytree(made[d], r.path / mle.ADAPTER_DIR)
+            r.write_json(mle.EXPERT_JSON, {"backbone_files_before": digests, "backbone_files_after": digests,
+                                           "backbone_unchanged_in_memory": True})
+        run_once(mle.expert_run(cfg, spec, d), expert)
+    mle.run_mle(cfg, spec)
+    return mle.mle_run(cfg, spec).path / pipeline.EVAL_DIR
+
+
+def _same_records(here: Path, there: Path) -> None:
+    files = sorted(p.name for p in (here / "records").iterdir())
+    assert files and files == sorted(p.name for p in (there / "records").iterdir())
+    for name in files:
+        assert (there / "records" / name).read_text() == (here / "records" / name).read_text(), name
+
+
 @pytest.mark.slow
 def test_mle_scored_in_a_child_process_equals_scored_in_process(base_dir, tmp_path, monkeypatch):
     """``launcher.eval_subprocess`` (the paper profile's switch) makes ``run_mle`` score the MLE system in a process
     of its own: the same scores, records and routing decisions as scoring it in the notebook's process."""
-    import shutil
-
     from acl_lib import processes
     from acl_lib.consolidate.mle import serving
 
@@ -382,29 +407,28 @@ def test_mle_scored_in_a_child_process_equals_scored_in_process(base_dir, tmp_pa
     children = []
     monkeypatch.setattr(serving, "call_in_child",
                         lambda fn, *a, **k: children.append(fn.__name__) or processes.call_in_child(fn, *a, **k))
-    stores = {}
-    for switch in (False, True):
-        cfg = load_config("smoke", {"output_dir": str(tmp_path / f"store_{switch}"), "torch_threads": 1,
-                                    "worlds.n_test": 2, "worlds.n_ood": 1, "launcher.eval_subprocess": switch})
-        spec = mle.MLESpec()
-        # the backbone and the experts, complete without training: the trained adapters and their records
-        run_once(mle.start_run(cfg, spec.start), lambda r: shutil.copytree(base_dir, r.path / "model"))
-        digests = mle.file_digests(pipeline.model_dir(mle.start_run(cfg, spec.start)))
-        for d in cfg.pipeline.curriculum:
-            def expert(r, d=d):
-                shutil.copytree(made[d], r.path / mle.ADAPTER_DIR)
-                r.write_json(mle.EXPERT_JSON, {"backbone_files_before": digests, "backbone_files_after": digests,
-                                               "backbone_unchanged_in_memory": True})
-            run_once(mle.expert_run(cfg, spec, d), expert)
-        mle.run_mle(cfg, spec)
-        stores[switch] = mle.mle_run(cfg, spec).path / pipeline.EVAL_DIR
-        assert children == (["score_mle"] if switch else [])
-    here, there = stores[False], stores[True]
+    here = _scored_mle(base_dir, made, tmp_path / "store_here")
+    assert children == []
+    there = _scored_mle(base_dir, made, tmp_path / "store_child", **{"launcher.eval_subprocess": True})
+    assert children == ["score_mle"]
     read = lambda p: json.loads(p.read_text())  # noqa: E731
     assert read(there / "metrics.json")["scores"] == read(here / "metrics.json")["scores"]
     assert read(there / mle.ROUTES_JSON) == read(here / mle.ROUTES_JSON)
     assert len(read(here / mle.ROUTES_JSON)["episodes_per_expert"]) > 1  # more than one expert served
-    files = sorted(p.name for p in (here / "records").iterdir())
-    assert files and files == sorted(p.name for p in (there / "records").iterdir())
-    for name in files:
-        assert (there / "records" / name).read_text() == (here / "records" / name).read_text(), name
+    _same_records(here, there)
+
+
+@pytest.mark.slow
+def test_mle_scored_over_two_processes_equals_one(base_dir, tmp_path):
+    """``eval.shards`` 2: each process builds the MLE system (``serving.shard_policy``, named to the sharded
+    evaluation's children), scores every other task and writes its routes; the merged evaluation has one
+    process's scores and records, and the routes count the same episodes per expert."""
+    smoke = load_config("smoke")
+    made = _adapters(base_dir, tmp_path / "adapters", names=tuple(smoke.pipeline.curriculum), rank=smoke.mle.rank)
+    one = _scored_mle(base_dir, made, tmp_path / "one")
+    two = _scored_mle(base_dir, made, tmp_path / "two", **{"eval.shards": 2})
+    read = lambda p: json.loads(p.read_text())  # noqa: E731
+    assert read(two / "metrics.json")["scores"] == read(one / "metrics.json")["scores"]
+    assert read(two / "metrics.json")["shards"] == 2 and (two / "shards" / "1" / mle.ROUTES_JSON).is_file()
+    assert read(two / mle.ROUTES_JSON)["episodes_per_expert"] == read(one / mle.ROUTES_JSON)["episodes_per_expert"]
+    _same_records(one, two)

@@ -117,19 +117,25 @@ def visible_gpus() -> list[str]:
 
 
 def evaluate_sharded(cfg: Config, model: str, out_dir: str | os.PathLike, suites: str | None = None,
-                     k: int | None = None, benchmarks: list[str] | None = None, shards: int | None = None) -> dict:
+                     k: int | None = None, benchmarks: list[str] | None = None, shards: int | None = None,
+                     policy_factory: str | None = None, factory_args: list | None = None) -> dict:
     """``evaluate`` split over ``shards`` processes (default ``eval.shards``), run at once, each on its own GPU
     where there are GPUs: shard i scores every n-th task of each benchmark from the i-th into
     ``<out_dir>/shards/<i>/``; the records are then put back in task order and scored as one evaluation
     (``summarize_records``), so ``metrics.json`` and ``records/`` have the unsharded layout. Greedy benchmarks give
     the unsharded scores; a sampled one draws its samples from a seed per shard. One evaluation of an 8B
-    checkpoint on the full benchmarks thus uses every GPU of the node instead of one."""
+    checkpoint on the full benchmarks thus uses every GPU of the node instead of one.
+
+    ``policy_factory``: ``"module:function"``, called in each child as ``function(cfg, *factory_args)`` for the
+    policy it scores with instead of ``model``'s checkpoint (a system that is not one checkpoint: MLE's backbone,
+    adapters and router); a policy with a ``finish(out_dir)`` method is told its shard's directory at the end."""
     n = shards or cfg.eval.shards
     out = Path(out_dir)
     suites, benches, sampling = evaluation_plan(cfg, suites, k, benchmarks)
     t0 = time.perf_counter()
     spec = {"config": cfg.to_dict(), "model": str(model), "out_dir": str((out / "shards").resolve()),
-            "suites": suites, "k": k, "benchmarks": [b.key for b in benches], "shard_dirs": True}
+            "suites": suites, "k": k, "benchmarks": [b.key for b in benches], "shard_dirs": True,
+            "policy_factory": policy_factory, "factory_args": list(factory_args or [])}
     _run_children(spec, [(i, n) for i in range(n)], what=f"evaluation of {model}")
     parts = [json.loads((out / "shards" / str(i) / "metrics.json").read_text()) for i in range(n)]
     (out / "records").mkdir(parents=True, exist_ok=True)
@@ -178,8 +184,21 @@ def _worker_main(argv: list[str] | None = None) -> None:
     progress_log = logging.getLogger("acl.progress")
     progress_log.addHandler(handler)
     progress_log.setLevel(logging.INFO)
-    evaluate(Config.model_validate(spec["config"]), spec["model"], out_dir, suites=spec["suites"],
-             k=spec["k"], benchmarks=spec["benchmarks"], shard=shard)
+    cfg = Config.model_validate(spec["config"])
+    policy = None
+    if spec.get("policy_factory"):  # named, not imported: the factory may live in a layer above this one
+        import importlib
+
+        module, _, name = spec["policy_factory"].partition(":")
+        policy = getattr(importlib.import_module(module), name)(cfg, *spec.get("factory_args", []))
+    try:
+        evaluate(cfg, spec["model"], out_dir, suites=spec["suites"], k=spec["k"], benchmarks=spec["benchmarks"],
+                 shard=shard, policy=policy)
+        if policy is not None and hasattr(policy, "finish"):
+            policy.finish(out_dir)
+    finally:
+        if policy is not None and hasattr(policy, "close"):
+            policy.close()
 
 
 if __name__ == "__main__":

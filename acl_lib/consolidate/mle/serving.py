@@ -19,7 +19,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +48,7 @@ from acl_lib.consolidate.mle.specs import (
 )
 from acl_lib.eval.harness import evaluate as evaluate_suite
 from acl_lib.eval.policies import HFPolicy, VLLMPolicy, cut_at_stop, eval_device, vllm_engine_args
+from acl_lib.eval.sharding import evaluate_sharded
 from acl_lib.eval.turns import TurnGenerator
 from acl_lib.processes import call_in_child
 from acl_lib.runs import run_once
@@ -287,17 +288,38 @@ def run_mle(cfg: Config, spec: MLESpec, evaluate: bool = True):
 
 def score_mle(cfg: Config, spec: MLESpec, out_dir: str) -> None:
     """Score the MLE system of ``spec`` on the whole suite into ``out_dir`` (``metrics.json``, ``records/``) and
-    write which expert each episode was routed to (``routes.json``)."""
+    write which expert each episode was routed to (``routes.json``); over ``eval.shards`` processes at once where
+    that is above 1 (``sharding.evaluate_sharded`` with ``shard_policy``: each child builds the system, scores
+    every n-th task and writes its shard's routes, merged here)."""
+    if cfg.eval.shards > 1:
+        evaluate_sharded(cfg, spec.name, out_dir, suites="all", policy_factory=f"{__name__}:shard_policy",
+                         factory_args=[asdict(spec)])
+        shards = sorted((Path(out_dir) / "shards").glob(f"*/{ROUTES_JSON}"), key=lambda p: int(p.parent.name))
+        decisions = [x for p in shards for x in decisions_from_json(json.loads(p.read_text())["decisions"])]
+        _write_routes(out_dir, decisions)
+        return
     seed_and_threads(cfg.seed, cfg.torch_threads)
-    router = RecordingRouter(make_router(cfg, spec.router))
-    policy = make_mle_policy(cfg, spec, router=router)
+    policy = shard_policy(cfg, asdict(spec))
     try:
         evaluate_suite(cfg, spec.name, out_dir, suites="all", policy=policy)
+        policy.finish(out_dir)
     finally:
         policy.close()
-    routes = Counter(d for _, d in router.decisions)
+
+
+def _write_routes(out_dir, decisions) -> None:
+    routes = Counter(d for _, d in decisions)
     write_json(Path(out_dir) / ROUTES_JSON, {"episodes_per_expert": dict(routes),
-                                              "decisions": decisions_json(router.decisions)})
+                                              "decisions": decisions_json(decisions)})
+
+
+def shard_policy(cfg: Config, spec: dict):
+    """The MLE policy of ``spec`` (an ``MLESpec`` as a dict) with a recording router and a ``finish(out_dir)`` that
+    writes the routes it took (``routes.json``): what each process of a sharded MLE scoring builds."""
+    router = RecordingRouter(make_router(cfg, spec["router"]))
+    policy = make_mle_policy(cfg, MLESpec(**spec), router=router)
+    policy.finish = lambda out_dir: _write_routes(out_dir, router.decisions)
+    return policy
 
 
 def eval_twin(cfg: Config, spec: MLESpec):
