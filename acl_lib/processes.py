@@ -62,30 +62,7 @@ def call_in_child(fn, *args, **kwargs):
     must be importable (a module-level function); the child's output goes where this process's goes. An exception
     in the child is raised here as ``RuntimeError`` with the child's traceback; an interrupt here stops the child
     and everything it started."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    parent_end, child_end = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main, args=(child_end, fn, args, kwargs), daemon=False)
-    proc.start()
-    child_end.close()
-    try:
-        try:
-            ok, payload = parent_end.recv()
-        except EOFError:  # the child died without answering (killed, out of memory)
-            proc.join()
-            raise RuntimeError(f"{getattr(fn, '__qualname__', fn)} in a child process ended with exit code "
-                               f"{proc.exitcode} before returning") from None
-        proc.join()
-    except BaseException:
-        if proc.is_alive():
-            kill_tree(proc.pid)
-        raise
-    finally:
-        parent_end.close()
-    if not ok:
-        raise RuntimeError(f"{getattr(fn, '__qualname__', fn)} failed in a child process:\n{payload}")
-    return payload
+    return _in_children(fn, [(args, kwargs)], [{}], lambda i, n: "a child process")[0]
 
 
 def map_in_children(fn, calls: list[tuple], envs: list[dict] | None = None) -> list:
@@ -93,18 +70,25 @@ def map_in_children(fn, calls: list[tuple], envs: list[dict] | None = None) -> l
     ``envs[i]``: environment variables of child ``i`` (e.g. ``CUDA_VISIBLE_DEVICES``: one GPU each). Results come
     back in the order of ``calls``. If one child fails (an exception, or it dies) the others are stopped and a
     ``RuntimeError`` names the first that failed with its traceback; an interrupt here stops every child."""
+    return _in_children(fn, [(tuple(a), {}) for a in calls], envs or [{} for _ in calls],
+                        lambda i, n: f"child {i} of {n}")
+
+
+def _in_children(fn, calls: list[tuple[tuple, dict]], envs: list[dict], where) -> list:
+    """Start one spawned child per ``(args, kwargs)`` with its environment, collect their results in order; on
+    a failure or an interrupt stop every child still running. ``where(i, n)`` names child i in the errors."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    envs = envs or [{} for _ in calls]
+    name = getattr(fn, "__qualname__", fn)
     procs, pipes = [], []
     try:
-        for args, env in zip(calls, envs):
+        for (args, kwargs), env in zip(calls, envs):
             parent_end, child_end = ctx.Pipe(duplex=False)
             saved = {k: os.environ.get(k) for k in env}
             os.environ.update({k: str(v) for k, v in env.items()})  # a spawned child starts with this environment
             try:
-                proc = ctx.Process(target=_child_main, args=(child_end, fn, tuple(args), {}), daemon=False)
+                proc = ctx.Process(target=_child_main, args=(child_end, fn, args, kwargs), daemon=False)
                 proc.start()
             finally:
                 for k, v in saved.items():
@@ -119,12 +103,12 @@ def map_in_children(fn, calls: list[tuple], envs: list[dict] | None = None) -> l
         for i, (proc, pipe) in enumerate(zip(procs, pipes)):
             try:
                 ok, payload = pipe.recv()
-            except EOFError:
+            except EOFError:  # the child died without answering (killed, out of memory)
                 proc.join()
-                raise RuntimeError(f"{getattr(fn, '__qualname__', fn)} in child {i} of {len(procs)} ended with exit "
-                                   f"code {proc.exitcode} before returning") from None
+                raise RuntimeError(f"{name} in {where(i, len(procs))} ended with exit code {proc.exitcode} before "
+                                   "returning") from None
             if not ok:
-                raise RuntimeError(f"{getattr(fn, '__qualname__', fn)} failed in child {i} of {len(procs)}:\n{payload}")
+                raise RuntimeError(f"{name} failed in {where(i, len(procs))}:\n{payload}")
             results.append(payload)
         for proc in procs:
             proc.join()
