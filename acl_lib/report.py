@@ -590,6 +590,7 @@ def budget_section(cfg: Config, seeds: Sequence[int], overrides: Sequence[str] =
     parts = budget.part_rows(per_seed)
     paper = configured_rollouts(load_config("paper"))
     mine = budget.rl_budgets(per_seed[0])
+
     def n(table, run):
         return f"{table[run]:,}" if table.get(run) else "-"
 

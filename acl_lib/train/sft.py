@@ -205,7 +205,6 @@ def _stop_callback():
 
         def __init__(self, threshold: float, every: int, check, checks_path: Path):
             self.threshold, self.every, self.check, self.path = threshold, every, check, Path(checks_path)
-            self.reached_at: int | None = None
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             if state.global_step % self.every and state.global_step < state.max_steps:
@@ -229,7 +228,6 @@ def _stop_callback():
                             "calls only (stop at %.0f%%)%s", state.global_step, 100 * row["well_formed_share"],
                             row["episodes"], 100 * self.threshold, ": stopping" if stop else "")
             if stop:
-                self.reached_at = state.global_step
                 control.should_training_stop = True
             return control
 
@@ -269,7 +267,8 @@ def _heldout_stop():
 
     class HeldOutStop(TrainerCallback):
         """Stop once the held-out loss has not reached a new low for ``patience`` evaluations in a row (the
-        trainer evaluates every ``sft.eval_every`` steps); ``losses`` keeps ``[step, loss]`` of each."""
+        trainer evaluates every ``eval_every`` steps, ``train_sft``'s argument); ``losses`` keeps ``[step, loss]``
+        of each."""
 
         def __init__(self, patience: int):
             self.patience, self.best, self.bad, self.losses = patience, float("inf"), 0, []

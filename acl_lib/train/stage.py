@@ -122,12 +122,13 @@ def teacher_policy(cfg: Config, model: str):
                        top_p=s.teacher_top_p)
 
 
-def cold_start_demos(cfg: Config, domain: str, init_model_dir: str) -> tuple[list[dict], dict]:
+def cold_start_demos(cfg: Config, domain: str, init_model_dir: str, env=None, tasks=None) -> tuple[list[dict], dict]:
     """The cold start's rows and ``demos.json``'s statistics: ``sft.collect_demos`` over ``demo_tasks`` with the
-    teacher of ``cfg.sft.teacher`` (the module docstring), plus who the teacher was and how it sampled."""
+    teacher of ``cfg.sft.teacher`` (the module docstring), plus who the teacher was and how it sampled. ``env`` /
+    ``tasks``: the domain's world and its demo tasks, where the caller has built them already."""
     s = cfg.sft
-    env = make_env(domain, cfg)
-    tasks = demo_tasks(env, cfg)
+    env = env if env is not None else make_env(domain, cfg)
+    tasks = tasks if tasks is not None else demo_tasks(env, cfg)
     if s.teacher == "expert":
         rows, stats = sft.collect_demos(env, scripted_expert(STAGE_ENV.get(domain, domain)), tasks,
                                         max_turns=cfg.grpo.max_turns, num_demos=s.num_demos, dedup=True)
@@ -171,7 +172,9 @@ def cold_start(cfg: Config, domain: str, init_model_dir: str, out_dir: str | Pat
     model = sft_dir / "model"
     if model.exists():  # finished before a restart of this run (same config: the run store kept it)
         return str(model)
-    rows, stats = cold_start_demos(cfg, domain, str(init_model_dir))
+    env = make_env(domain, cfg)
+    tasks = demo_tasks(env, cfg)
+    rows, stats = cold_start_demos(cfg, domain, str(init_model_dir), env, tasks)
     stats["max_turns"] = cfg.grpo.max_turns
     write_json(sft_dir / "demos.json", stats)
     logger.info("cold start %s: kept %d of %d episodes of %s (%d duplicates)", domain, stats["kept"],
@@ -186,8 +189,7 @@ def cold_start(cfg: Config, domain: str, init_model_dir: str, out_dir: str | Pat
             "more (sft.samples_per_task, sft.teacher_temperature) or take a stronger sft.teacher (a model, an "
             "endpoint, or expert); nothing was trained")
     demos = sft.write_rows(rows, sft_dir / "demos.jsonl")
-    env = make_env(domain, cfg)
-    held_out = check_tasks(env, cfg, demo_tasks(env, cfg))
+    held_out = check_tasks(env, cfg, tasks)
     job = {"model_dir": str(init_model_dir), "dataset": str(demos)}
     if held_out:  # the stopping criterion's tasks, for the SFT job (which may run in other processes)
         path = sft_dir / "check_tasks.jsonl"
